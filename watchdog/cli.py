@@ -1,0 +1,62 @@
+"""The ``watchdog`` command line: argument parsing and the error boundary.
+
+Every :class:`~watchdog.errors.WatchdogError` becomes one line on stderr and its exit
+code; anything else is a bug and is reported as one line too (``--debug`` shows the
+traceback). Sub-commands live in ``watchdog.commands.<name>``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import sys
+
+from watchdog import __version__
+from watchdog.commands import COMMANDS
+from watchdog.errors import WatchdogError
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The full parser with every sub-command registered."""
+    p = argparse.ArgumentParser(
+        prog="watchdog",
+        description="Detect hung collectives, stalls, throttling, memory pressure and "
+                    "hardware faults on GPU nodes.",
+    )
+    p.add_argument("--version", action="version", version=f"nvml-watchdog {__version__}")
+    p.add_argument("--debug", action="store_true", help="show tracebacks for internal errors")
+    sub = p.add_subparsers(dest="command", metavar="COMMAND")
+    for name in COMMANDS:
+        try:
+            mod = importlib.import_module(f"watchdog.commands.{name}")
+        except ModuleNotFoundError as e:  # a command not built yet
+            if e.name != f"watchdog.commands.{name}":
+                raise
+            continue
+        mod.register(sub)
+    return p
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Run the command line; returns the process exit code."""
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    if not getattr(args, "func", None):
+        parser.print_help()
+        return 2
+    try:
+        return int(args.func(args) or 0)
+    except WatchdogError as e:
+        print(f"watchdog: error: {e}", file=sys.stderr)
+        return e.exit_code
+    except KeyboardInterrupt:
+        print("watchdog: interrupted", file=sys.stderr)
+        return 130
+    except BrokenPipeError:
+        return 0
+    except Exception as e:
+        if args.debug:
+            raise
+        print(f"watchdog: internal error: {type(e).__name__}: {e} "
+              "(this is a bug; rerun with --debug and report it)", file=sys.stderr)
+        return 70

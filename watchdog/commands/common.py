@@ -1,0 +1,57 @@
+"""Options shared by several commands: the source spec and the column mapping."""
+
+from __future__ import annotations
+
+import argparse
+
+from watchdog.errors import InputError
+from watchdog.sources import SourceOptions
+
+
+def add_source_args(p: argparse.ArgumentParser, default: str = "nvml") -> None:
+    """Add ``--source``, ``--map`` and the simulated-node options to ``p``."""
+    p.add_argument("--source", default=default, metavar="SPEC",
+                   help="nvml | sim[:SCENARIO,…] | PATH to a log or recording "
+                        f"(default: {default})")
+    p.add_argument("--map", action="append", default=[], metavar="METRIC=COLUMN,…",
+                   help="map catalogue metrics onto a foreign CSV's columns, "
+                        "e.g. power.draw=power_W,temperature.gpu=temp_C")
+    p.add_argument("--host", default=None, help="host name to report (default: this host)")
+    sim = p.add_argument_group("simulated node (--source sim…)")
+    sim.add_argument("--gpus", type=int, default=8, help="number of simulated GPUs (default 8)")
+    sim.add_argument("--model", default="h100-sxm",
+                     help="simulated GPU model: h100-sxm | a100-pcie (default h100-sxm)")
+    sim.add_argument("--seed", type=int, default=0, help="random seed (default 0)")
+
+
+def parse_map(items: list[str]) -> dict[str, str]:
+    """Parse ``--map`` values (``metric=column[,metric=column…]``, repeatable).
+
+    The metric must be a catalogue name or alias; an unknown one is an error naming it.
+    """
+    from watchdog import catalogue
+
+    out: dict[str, str] = {}
+    for item in items:
+        for pair in item.split(","):
+            if not pair.strip():
+                continue
+            if "=" not in pair:
+                raise InputError(f"--map {pair!r}: expected METRIC=COLUMN")
+            metric, column = (s.strip() for s in pair.split("=", 1))
+            name = catalogue.canonical(metric) or (
+                metric if metric in ("timestamp", "index", "uuid", "name") else None)
+            if name is None or not column:
+                raise InputError(
+                    f"--map {pair!r}: unknown metric {metric!r} "
+                    "(see the catalogue: `watchdog record --list-metrics`)")
+            out[name] = column
+    return out
+
+
+def source_options(args: argparse.Namespace) -> SourceOptions:
+    """Build :class:`SourceOptions` from parsed arguments."""
+    if args.gpus < 1 or args.gpus > 256:
+        raise InputError(f"--gpus {args.gpus}: expected 1..256")
+    return SourceOptions(host=args.host, mapping=parse_map(args.map), sim_gpus=args.gpus,
+                         sim_model=args.model, sim_seed=args.seed)

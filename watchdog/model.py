@@ -1,0 +1,120 @@
+"""The record types every source produces and every consumer reads.
+
+* :class:`DeviceInfo`: what a GPU is (inventory; read once, changes rarely).
+* :class:`Sample`: one reading of one GPU at one time. ``values`` maps catalogue names
+  (``watchdog.catalogue``) to floats in the catalogue's unit; a value the GPU cannot
+  report is ``None``, never 0.
+* :class:`ProcessInfo` and :class:`XidEvent` ride along on the sample they were seen with.
+
+A GPU is identified by its UUID: indices renumber after a reboot or a lost GPU. Reports
+show both. Sources that cannot know a UUID (a log without a ``uuid`` column) make a
+stable stand-in of the form ``"<host>/gpu<index>"``.
+
+This module is on the ``watchdog check`` start-up path: standard library only.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+
+@dataclass(frozen=True, slots=True)
+class DeviceInfo:
+    """Inventory of one GPU. Every field but ``index`` and ``uuid`` may be unknown (None).
+
+    Power in W, clocks in MHz, memory in MiB, temperatures in degrees C.
+    """
+
+    index: int
+    uuid: str
+    name: str | None = None
+    pci_bus_id: str | None = None
+    serial: str | None = None
+    vbios_version: str | None = None
+    driver_version: str | None = None
+    cuda_version: str | None = None
+    power_limit_enforced_w: float | None = None
+    power_limit_default_w: float | None = None
+    power_limit_min_w: float | None = None
+    power_limit_max_w: float | None = None
+    clocks_max_sm_mhz: float | None = None
+    clocks_max_mem_mhz: float | None = None
+    memory_total_mib: float | None = None
+    temp_slowdown_c: float | None = None
+    temp_shutdown_c: float | None = None
+    temp_max_operating_c: float | None = None
+    mig_mode: bool | None = None
+    pcie_max_gen: int | None = None
+    pcie_max_width: int | None = None
+    gpm_supported: bool | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        """Plain dict (JSON-ready)."""
+        return {f: getattr(self, f) for f in self.__slots__}  # type: ignore[attr-defined]
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> DeviceInfo:
+        """Inverse of :meth:`to_dict`; unknown keys are ignored (newer recordings)."""
+        known = set(cls.__slots__)  # type: ignore[attr-defined]
+        return cls(**{k: v for k, v in d.items() if k in known})
+
+
+@dataclass(frozen=True, slots=True)
+class ProcessInfo:
+    """A compute process using a GPU. ``used_memory_mib`` is None where NVML hides it."""
+
+    pid: int
+    name: str | None = None
+    used_memory_mib: float | None = None
+    job_id: str | None = None  # Slurm job id, from /proc/<pid>/environ or cgroup
+    container: str | None = None  # container id or cgroup path
+
+    def to_dict(self) -> dict[str, Any]:
+        return {f: getattr(self, f) for f in self.__slots__}  # type: ignore[attr-defined]
+
+
+@dataclass(frozen=True, slots=True)
+class XidEvent:
+    """An XID error the driver reported for one GPU at time ``ts`` (POSIX seconds).
+
+    ``source`` is ``"nvml"`` (event set), ``"kmsg"`` (kernel log ``NVRM: Xid`` line),
+    ``"sim"`` or ``"replay"``.
+    """
+
+    ts: float
+    uuid: str
+    index: int
+    code: int
+    source: str = "nvml"
+    message: str | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        return {f: getattr(self, f) for f in self.__slots__}  # type: ignore[attr-defined]
+
+
+@dataclass(slots=True)
+class Sample:
+    """One reading of one GPU at time ``ts`` (POSIX seconds, UTC).
+
+    ``lost`` is True when the GPU has fallen off the bus / NVML reports it lost; then
+    ``values`` is empty. ``errors`` lists problems met while reading (an NVML call that
+    timed out, an unexpected NVML error), each a one-line string naming the call.
+    ``xids`` holds the XID events that arrived since this GPU's previous sample.
+    """
+
+    ts: float
+    uuid: str
+    index: int
+    values: dict[str, float | None] = field(default_factory=dict)
+    processes: tuple[ProcessInfo, ...] | None = None  # None = not read; () = none running
+    xids: tuple[XidEvent, ...] = ()
+    lost: bool = False
+    errors: tuple[str, ...] = ()
+
+    def get(self, name: str) -> float | None:
+        """Value of metric ``name`` or None when missing."""
+        v = self.values.get(name)
+        if v is None or v != v:  # NaN counts as missing
+            return None
+        return v
