@@ -1,0 +1,89 @@
+"""Incidents: what the detector reports, in the shape DESIGN.md fixes for ``--json``.
+
+An incident is one event on one GPU or on several GPUs of a node at once (a whole job
+hung is one incident listing every GPU, not N pages). Times are POSIX seconds inside the
+program and ISO 8601 with a zone in JSON.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from typing import Any
+
+KINDS: tuple[str, ...] = (
+    "comm_hang", "stall", "thermal_throttle", "hw_slowdown", "memory_pressure", "gpu_lost",
+    "xid", "ecc", "pcie_degraded", "nvlink_errors", "straggler", "anomaly",
+)
+SEVERITIES: tuple[str, ...] = ("info", "warning", "critical")
+
+
+def iso(ts: float | None) -> str | None:
+    """POSIX seconds -> ISO 8601, UTC, milliseconds: ``2026-11-21T10:00:00.000+00:00``."""
+    if ts is None:
+        return None
+    return datetime.fromtimestamp(ts, tz=UTC).isoformat(timespec="milliseconds")
+
+
+@dataclass(slots=True)
+class Incident:
+    """One detected event.
+
+    ``gpus`` are indices as strings (as the JSON contract says) and ``uuids`` the matching
+    UUIDs in the same order. ``started_at`` is when the condition began, ``fired_at`` when
+    a live daemon would have notified (after the rule's ``for:``), ``resolved_at`` is None
+    while still active. ``evidence`` holds the numbers the summary quotes.
+    """
+
+    kind: str
+    severity: str
+    host: str
+    gpus: list[str]
+    uuids: list[str]
+    started_at: float
+    fired_at: float | None
+    resolved_at: float | None
+    rule: str
+    summary: str
+    evidence: dict[str, Any] = field(default_factory=dict)
+    labels: dict[str, str] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        if self.kind not in KINDS:
+            raise ValueError(f"unknown incident kind {self.kind!r}")
+        if self.severity not in SEVERITIES:
+            raise ValueError(f"unknown severity {self.severity!r}")
+
+    @property
+    def active(self) -> bool:
+        return self.resolved_at is None
+
+    def to_json(self) -> dict[str, Any]:
+        """The JSON object DESIGN.md specifies (times as ISO 8601 strings)."""
+        return {
+            "kind": self.kind,
+            "severity": self.severity,
+            "host": self.host,
+            "gpus": list(self.gpus),
+            "uuids": list(self.uuids),
+            "started_at": iso(self.started_at),
+            "fired_at": iso(self.fired_at),
+            "resolved_at": iso(self.resolved_at),
+            "rule": self.rule,
+            "summary": self.summary,
+            "evidence": _jsonable(self.evidence),
+            "labels": dict(self.labels),
+        }
+
+
+def _jsonable(v: Any) -> Any:
+    """Make evidence JSON-safe: NaN -> None, numpy scalars -> Python numbers."""
+    if isinstance(v, dict):
+        return {str(k): _jsonable(x) for k, x in v.items()}
+    if isinstance(v, list | tuple):
+        return [_jsonable(x) for x in v]
+    if isinstance(v, float):
+        return None if v != v else round(v, 6)
+    if hasattr(v, "item") and callable(v.item):  # numpy scalar
+        return _jsonable(v.item())
+    return v
