@@ -1,0 +1,145 @@
+"""The post-mortem picture: one panel per signal, one thin line per GPU, incidents shaded.
+
+Panels (only those the recording has): utilization (%), power (W, the enforced limit
+dashed), GPU temperature (C), memory used (% of total) and SM clock (MHz). Panels per
+signal read better than panels per GPU for an 8-GPU node: a hung job is eight lines
+dropping together, a straggler is one line apart from seven.
+
+Each incident is shaded across all panels: lighter from ``started_at`` to ``fired_at``
+(the condition held but the rule's ``for:`` had not passed), darker from ``fired_at`` to
+``resolved_at`` (or the end of the recording), and labelled with its kind and GPUs.
+Long recordings are reduced to at most ``max_points`` per GPU by bucket means so a
+one-million-row log plots in about a second; time axis in UTC.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from watchdog.incident import Incident
+from watchdog.report.table import gpu_list
+
+# (panel title, column or derived name, unit)
+PANELS: tuple[tuple[str, str, str], ...] = (
+    ("utilization", "utilization.gpu", "%"),
+    ("power", "power.draw", "W"),
+    ("temperature", "temperature.gpu", "°C"),
+    ("memory used", "memory.pct", "% of total"),
+    ("SM clock", "clocks.sm", "MHz"),
+)
+# Fixed y ranges where the scale is absolute: autoscaling 97-100 % makes noise look like
+# an event. None = autoscale that end.
+YLIMS: dict[str, tuple[float | None, float | None]] = {
+    "utilization.gpu": (-3.0, 105.0), "memory.pct": (-3.0, 105.0),
+    "power.draw": (0.0, None), "clocks.sm": (0.0, None),
+}
+
+KIND_COLOURS: dict[str, str] = {
+    "comm_hang": "#d62728", "stall": "#ff7f0e", "thermal_throttle": "#e377c2",
+    "hw_slowdown": "#9467bd", "memory_pressure": "#8c564b", "gpu_lost": "#000000",
+    "xid": "#7f7f7f", "ecc": "#bcbd22", "pcie_degraded": "#17becf",
+    "nvlink_errors": "#1f77b4", "straggler": "#2ca02c", "anomaly": "#aec7e8",
+}
+
+
+def _reduce(g: Any, max_points: int) -> Any:
+    """Bucket means of one GPU's rows (ts and values) down to ``max_points`` rows."""
+    if len(g) <= max_points:
+        return g
+    import numpy as np
+
+    bucket = np.arange(len(g)) * max_points // len(g)
+    return g.groupby(bucket).mean(numeric_only=True)
+
+
+def _series(frame: Any) -> Any:
+    """The columns the panels need, with ``memory.pct`` derived from used / total."""
+    cols = ["ts", "uuid", "index"] + [c for c in ("utilization.gpu", "power.draw",
+                                                  "enforced.power.limit", "temperature.gpu",
+                                                  "clocks.sm") if c in frame.columns]
+    out = frame[cols].copy()
+    if "memory.used" in frame.columns and "memory.total" in frame.columns:
+        out["memory.pct"] = frame["memory.used"] / frame["memory.total"] * 100.0
+    return out
+
+
+def plot_timeline(frame: Any, incidents: Sequence[Incident], path: str | Path,
+                  title: str = "", max_points: int = 3000) -> list[str]:
+    """Draw the timeline of ``frame`` (the replay frame contract) to ``path`` (PNG).
+
+    Returns the panel names drawn. Uses the Agg backend: no display is needed.
+    """
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.dates as mdates
+    import matplotlib.pyplot as plt
+    import pandas as pd
+
+    data = _series(frame)
+    panels = [p for p in PANELS if p[1] in data.columns and data[p[1]].notna().any()]
+    if not panels:
+        panels = [PANELS[0]]
+    gpus = sorted(data.groupby("uuid", sort=False)["index"].first().items(),
+                  key=lambda kv: (kv[1], kv[0]))
+    cmap = plt.get_cmap("tab10" if len(gpus) <= 10 else "tab20")
+    fig, axes = plt.subplots(len(panels), 1, sharex=True, squeeze=False,
+                             figsize=(13, 1.9 * len(panels) + 1.2))
+    axes = axes[:, 0]
+    tmin, tmax = float(frame["ts"].min()), float(frame["ts"].max())
+
+    def when(ts: Any) -> Any:
+        return pd.to_datetime(ts, unit="s", utc=True)
+
+    by_uuid = {u: g for u, g in data.groupby("uuid", sort=False)}
+    for n, (uuid, index) in enumerate(gpus):
+        g = _reduce(by_uuid[uuid].drop(columns=["uuid"]), max_points)
+        colour = cmap(n % cmap.N)
+        x = when(g["ts"])
+        for ax, (_name, col, _unit) in zip(axes, panels, strict=True):
+            if col in g.columns:
+                ax.plot(x, g[col], lw=0.8, color=colour, label=f"GPU {int(index)}")
+            if col == "power.draw" and "enforced.power.limit" in g.columns:
+                ax.plot(x, g["enforced.power.limit"], lw=0.8, ls="--", color=colour,
+                        alpha=0.6)
+    for ax, (name, _col, unit) in zip(axes, panels, strict=True):
+        ax.set_ylabel(f"{name}\n({unit})", fontsize=9)
+        lo, hi = YLIMS.get(_col, (None, None))
+        ax.set_ylim(bottom=lo, top=hi)
+        ax.grid(True, alpha=0.25)
+        ax.tick_params(labelsize=8)
+    _shade(axes, incidents, tmin, tmax, when)
+    axes[0].legend(loc="upper left", bbox_to_anchor=(1.005, 1.0), fontsize=8, frameon=False)
+    axes[-1].xaxis.set_major_formatter(mdates.DateFormatter("%H:%M:%S", tz="UTC"))
+    axes[-1].set_xlabel(f"time (UTC), {when(tmin):%Y-%m-%d}", fontsize=9)
+    axes[-1].set_xlim(when(tmin), when(tmax))
+    n = len(incidents)
+    fig.suptitle(f"{title}  —  {n} incident{'s' if n != 1 else ''}".strip(" —"), fontsize=11)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return [p[0] for p in panels]
+
+
+def _shade(axes: Any, incidents: Sequence[Incident], tmin: float, tmax: float,
+           when: Any) -> None:
+    """Shade every incident on every panel; label it once on the top panel."""
+    top = axes[0]
+    for k, inc in enumerate(incidents):
+        colour = KIND_COLOURS.get(inc.kind, "#333333")
+        fired = inc.fired_at if inc.fired_at is not None else inc.resolved_at or tmax
+        end = inc.resolved_at if inc.resolved_at is not None else tmax
+        start = max(inc.started_at, tmin)
+        for ax in axes:
+            if fired > start:
+                ax.axvspan(when(start), when(fired), color=colour, alpha=0.10, lw=0)
+            if inc.fired_at is not None and end > fired:
+                ax.axvspan(when(fired), when(end), color=colour, alpha=0.25, lw=0)
+        label = f"{inc.kind} GPU {gpu_list(inc.gpus)}"
+        top.annotate(label, xy=(when(start), 1.0), xycoords=("data", "axes fraction"),
+                     xytext=(2, -10 - 10 * (k % 4)), textcoords="offset points",
+                     fontsize=7.5, color=colour, fontweight="bold", va="top",
+                     bbox={"boxstyle": "round,pad=0.15", "fc": "white", "ec": "none",
+                           "alpha": 0.8})

@@ -1,0 +1,87 @@
+"""The readable incident table ``watchdog replay`` prints (times in UTC).
+
+One line per incident: kind, severity, GPUs, start, fired, resolved, summary. UTC because
+recorded logs come from other machines and time zones; a post-mortem compares them with
+job logs that are usually UTC too. ``fired`` and ``resolved`` carry the delay from
+``start`` so the reader sees time-to-alert and duration without arithmetic.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from datetime import UTC, datetime
+
+from watchdog.incident import Incident
+
+HEADERS = ("KIND", "SEVERITY", "HOST", "GPUS", "START (UTC)", "FIRED", "RESOLVED", "SUMMARY")
+
+
+def gpu_list(gpus: Sequence[str]) -> str:
+    """Compact index list: ``["0","1","2","5"]`` -> ``"0-2,5"`` (non-numeric kept as is)."""
+    try:
+        nums = sorted({int(g) for g in gpus})
+    except ValueError:
+        return ",".join(gpus)
+    parts: list[str] = []
+    i = 0
+    while i < len(nums):
+        j = i
+        while j + 1 < len(nums) and nums[j + 1] == nums[j] + 1:
+            j += 1
+        parts.append(str(nums[i]) if i == j else f"{nums[i]}-{nums[j]}")
+        i = j + 1
+    return ",".join(parts) or "-"
+
+
+def duration(seconds: float) -> str:
+    """``42`` -> ``"42s"``, ``125`` -> ``"2m05s"``, ``7300`` -> ``"2h01m"``."""
+    s = round(seconds)
+    if s < 60:
+        return f"{s}s"
+    if s < 3600:
+        return f"{s // 60}m{s % 60:02d}s"
+    return f"{s // 3600}h{(s % 3600) // 60:02d}m"
+
+
+def _stamp(ts: float) -> str:
+    return datetime.fromtimestamp(ts, tz=UTC).strftime("%Y-%m-%d %H:%M:%S")
+
+
+def _clock(ts: float) -> str:
+    return datetime.fromtimestamp(ts, tz=UTC).strftime("%H:%M:%S")
+
+
+def _since(ts: float | None, start: float, missing: str) -> str:
+    if ts is None:
+        return missing
+    return f"{_clock(ts)} (+{duration(ts - start)})"
+
+
+def rows(incidents: Iterable[Incident]) -> list[tuple[str, ...]]:
+    """The table's cells, one tuple per incident, in the order of :data:`HEADERS`."""
+    out = []
+    for inc in incidents:
+        out.append((
+            inc.kind, inc.severity, inc.host, gpu_list(inc.gpus), _stamp(inc.started_at),
+            _since(inc.fired_at, inc.started_at, "not fired"),
+            _since(inc.resolved_at, inc.started_at, "active at end"),
+            inc.summary,
+        ))
+    return out
+
+
+def format_table(incidents: Sequence[Incident]) -> str:
+    """The whole table as text (no trailing newline); a one-line note when there is none."""
+    if not incidents:
+        return "no incidents"
+    body = rows(incidents)
+    show_host = len({r[2] for r in body}) > 1
+    cols = [i for i in range(len(HEADERS)) if show_host or HEADERS[i] != "HOST"]
+    widths = {i: max(len(HEADERS[i]), *(len(r[i]) for r in body)) for i in cols}
+    last = cols[-1]
+
+    def line(cells: Sequence[str]) -> str:
+        return "  ".join(cells[i] if i == last else cells[i].ljust(widths[i])
+                         for i in cols).rstrip()
+
+    return "\n".join([line(HEADERS), *(line(r) for r in body)])
