@@ -1,0 +1,81 @@
+"""Durations, the daemon config file, and the console notifier's wording."""
+
+from __future__ import annotations
+
+import io
+from pathlib import Path
+
+import pytest
+
+from watchdog import config
+from watchdog.errors import InputError
+from watchdog.incident import Incident
+from watchdog.notify_console import ConsoleNotifier, duration, gpu_list
+from watchdog.units import parse_duration
+
+
+@pytest.mark.parametrize(("text", "seconds"), [
+    ("90", 90.0), ("90s", 90.0), ("10m", 600.0), ("1h30m", 5400.0), ("0.2s", 0.2),
+    ("250ms", 0.25), (" 2M ", 120.0), ("1d", 86400.0),
+])
+def test_durations(text: str, seconds: float) -> None:
+    assert parse_duration(text) == pytest.approx(seconds)
+
+
+@pytest.mark.parametrize("text", ["", "ten", "5x", "-3", "3 m", "m5", "nan", "1h-5m"])
+def test_bad_durations_name_the_option(text: str) -> None:
+    with pytest.raises(InputError, match="--interval"):
+        parse_duration(text, what="--interval")
+
+
+def test_config_loads_and_validates(tmp_path: Path) -> None:
+    p = tmp_path / "w.yaml"
+    p.write_text("source: sim:comm_hang\ninterval: 5s\nrules: [a.yaml, b/]\nspeed: 2\n")
+    c = config.load(p)
+    assert (c.source, c.interval, c.rules, c.speed) == ("sim:comm_hang", 5.0, ("a.yaml", "b/"), 2.0)
+    assert config.load(_write(tmp_path, "")) == config.Config()
+
+
+@pytest.mark.parametrize(("text", "message"), [
+    ("source: nvml\nintreval: 5s\n", r"w.yaml:2: unknown setting 'intreval'"),
+    ("interval: soon\n", r"w.yaml:1: interval: 'soon' is not a duration"),
+    ("interval: 0\n", r"w.yaml:1: interval must be positive"),
+    ("source: [1\n", r"w.yaml:\d+: invalid YAML"),
+    ("- a\n- b\n", r"expected a mapping"),
+    ("speed: fast\n", r"w.yaml:1: speed must be a positive number"),
+])
+def test_config_errors_name_file_and_line(tmp_path: Path, text: str, message: str) -> None:
+    with pytest.raises(InputError, match=message):
+        config.load(_write(tmp_path, text))
+
+
+def test_missing_config_is_one_line(tmp_path: Path) -> None:
+    with pytest.raises(InputError, match="cannot read config"):
+        config.load(tmp_path / "nope.yaml")
+
+
+def test_gpu_lists_and_durations_read_well() -> None:
+    assert gpu_list(["0", "1", "2", "3", "5", "7", "6"]) == "GPUs 0-3,5-7"
+    assert gpu_list(["4"]) == "GPU 4"
+    assert duration(185) == "3m05s" and duration(42) == "42s" and duration(7300) == "2h01m"
+
+
+def test_console_notifier_says_what_and_where() -> None:
+    inc = Incident(kind="comm_hang", severity="critical", host="node7", gpus=["0", "1", "2"],
+                   uuids=["a", "b", "c"], started_at=1_000.0, fired_at=1_150.0,
+                   resolved_at=None, rule="comm_hang", summary="100% util at 95 W")
+    out = io.StringIO()
+    ConsoleNotifier(out, color=False)("firing", inc)
+    inc.resolved_at = 1_600.0
+    ConsoleNotifier(out, color=False)("resolved", inc)
+    first, second = out.getvalue().splitlines()
+    assert "FIRING" in first and "CRITICAL" in first
+    assert "node7 GPUs 0-2: 100% util at 95 W" in first
+    assert "2m30s earlier" in first
+    assert "RESOLVED" in second and "lasted 10m00s" in second
+
+
+def _write(tmp_path: Path, text: str) -> Path:
+    p = tmp_path / "w.yaml"
+    p.write_text(text)
+    return p
