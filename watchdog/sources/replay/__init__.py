@@ -1,0 +1,95 @@
+"""Recorded telemetry: ``nvidia-smi`` CSV and ``dmon`` logs, any CSV through a mapping, and
+the project's own recording format (``.wdrec``, see ``docs/recording-format.md``).
+
+Entry point: :func:`open_log` -> :class:`Recording`.
+
+The frame contract (``Recording.frame``, what the block detector consumes)
+------------------------------------------------------------------------
+A pandas DataFrame, one row per (time, GPU), sorted by ``ts`` then ``index``:
+
+* ``ts`` float64: POSIX seconds, UTC. Naive log times are read in ``tz`` (default UTC).
+* ``uuid`` str: the GPU's UUID, or the stand-in ``<host>/gpu<index>`` when the log has none.
+* ``index`` int64: the GPU index as logged (or order of appearance).
+* ``lost`` bool: the GPU was reported lost (``[GPU is lost]``) at this row.
+* then one float64 column per catalogue metric the file carries, named by its catalogue
+  name (``power.draw``...), in the catalogue's unit. NaN = missing (``[N/A]``, not
+  supported, absurd, unreadable), never 0. ``clocks_event_reasons.active`` holds the
+  bitmask as a float (exact up to 2**53); ``pstate`` holds 0..15.
+
+Beside the frame: ``Recording.xids`` (list of XidEvent, time order), ``Recording.processes``
+and ``Recording.errors`` (sparse, keyed by ``(ts, uuid)``), ``Recording.warnings`` (lines
+about data dropped or repaired: truncated last line, absurd values, ignored columns) and
+``Recording.devices()``. ``Recording.ticks()`` gives the same data as ``Sample`` objects.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+from watchdog.errors import InputError
+from watchdog.sources.replay.frame import Recording
+
+__all__ = ["Recording", "open_log"]
+
+_HEAD = 65536
+
+
+def _read_bytes(path: str) -> bytes:
+    try:
+        with open(path, "rb") as f:
+            return f.read()
+    except FileNotFoundError:
+        raise InputError(f"{path}: no such file") from None
+    except IsADirectoryError:
+        raise InputError(f"{path}: is a directory, not a log file") from None
+    except PermissionError:
+        raise InputError(f"{path}: permission denied (cannot read)") from None
+    except OSError as e:
+        raise InputError(f"{path}: cannot read: {e.strerror or e}") from None
+
+
+def open_log(path: str | os.PathLike[str], *, mapping: dict[str, str] | None = None,
+             host: str | None = None, tz: str | None = None,
+             dmon_interval: float = 1.0) -> Recording:
+    """Read any recorded telemetry file the project knows into a :class:`Recording`.
+
+    ``mapping`` maps catalogue names (and ``timestamp``, ``index``, ``uuid``, ``name``) to
+    column names, or to 1-based column numbers for a headerless CSV. ``host`` names the
+    node (default: the file's stem). ``tz`` is the zone of naive log times (default UTC).
+    ``dmon_interval`` (s) spaces the rows of a ``dmon`` log without ``-o DT`` times.
+    Every problem with the input raises :class:`InputError` with one line naming the file.
+    """
+    p = os.fspath(path)
+    data = _read_bytes(p)
+    from watchdog.sources.replay.sniff import sniff
+
+    kind = sniff(p, data[:_HEAD])
+    host = host or Path(p).stem
+    if tz is not None:
+        _check_tz(tz)
+    if kind == "recording":
+        from watchdog.sources.replay import recording
+
+        if mapping:
+            raise InputError(f"{p}: --map does not apply to a watchdog recording")
+        return recording.read(p, data, host=host)
+    if kind == "dmon":
+        from watchdog.sources.replay import dmon
+
+        return dmon.read(p, data, host=host, tz=tz, interval=dmon_interval,
+                         mtime=os.path.getmtime(p))
+    from watchdog.sources.replay import mapped, smi_csv
+
+    if mapping:
+        return mapped.read(p, data, mapping=mapping, host=host, tz=tz)
+    return smi_csv.read(p, data, mapping=None, host=host, tz=tz)
+
+
+def _check_tz(tz: str) -> None:
+    import zoneinfo
+
+    try:
+        zoneinfo.ZoneInfo(tz)
+    except (zoneinfo.ZoneInfoNotFoundError, ValueError):
+        raise InputError(f"--tz {tz}: unknown time zone (use e.g. UTC, Europe/Berlin)") from None

@@ -1,0 +1,160 @@
+"""The columnar form of a recorded trace (:class:`Recording`) and its helpers.
+
+Every reader ends by calling :func:`build` with numpy columns; :func:`build` sorts by time,
+fixes the dtypes of the frame contract (see the package docstring) and wraps it in a
+:class:`Recording`, which also offers the per-sample view (``ticks()``) that the
+tick-by-tick detector and ``watchdog record`` use.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+
+import numpy as np
+import pandas as pd
+
+from watchdog.model import DeviceInfo, ProcessInfo, Sample, XidEvent
+
+BASE_COLUMNS = ("ts", "uuid", "index", "lost")
+
+Key = tuple[float, str]  # (ts, uuid): how sparse per-sample data is attached
+
+
+@dataclass
+class Recording:
+    """A whole recorded trace: satisfies ``watchdog.sources.base.RecordedSource``.
+
+    ``frame``: one row per (time, GPU), sorted by ``ts`` then ``index``; columns ``ts``
+    (float64 POSIX s UTC), ``uuid`` (str), ``index`` (int64), ``lost`` (bool), then one
+    float64 column per metric present (NaN = missing). ``xids``: XID events in time order.
+    ``processes``/``errors``: sparse per-sample data keyed by ``(ts, uuid)``; a key absent
+    from ``processes`` means "processes not read" (``Sample.processes is None``).
+    ``absent``: per metric, a bool row mask where the sample had no such key at all (only
+    the own format knows the difference from None; empty for logs).
+    ``warnings``: one line each, for things dropped or repaired while reading.
+    """
+
+    path: str
+    host: str
+    format: str
+    frame: pd.DataFrame
+    inventory: list[DeviceInfo]
+    xids: list[XidEvent] = field(default_factory=list)
+    processes: dict[Key, tuple[ProcessInfo, ...]] = field(default_factory=dict)
+    errors: dict[Key, tuple[str, ...]] = field(default_factory=dict)
+    absent: dict[str, np.ndarray] = field(default_factory=dict)
+    warnings: list[str] = field(default_factory=list)
+
+    def devices(self) -> list[DeviceInfo]:
+        """Inventory of the GPUs seen in the trace, by index."""
+        return list(self.inventory)
+
+    @property
+    def metrics(self) -> list[str]:
+        """Names of the metric columns of ``frame``, in column order."""
+        return [c for c in self.frame.columns if c not in BASE_COLUMNS]
+
+    def ticks(self) -> Iterator[tuple[float, list[Sample]]]:
+        """Samples grouped by timestamp, in time order (one Python object per sample).
+
+        For block processing use ``frame``; this view exists for the tick-by-tick path.
+        """
+        f = self.frame
+        n = len(f)
+        if n == 0:
+            return
+        ts = f["ts"].to_numpy()
+        uuids = f["uuid"].to_numpy(dtype=object)
+        idx = f["index"].to_numpy()
+        lost = f["lost"].to_numpy()
+        names = self.metrics
+        cols = [f[m].to_numpy() for m in names]
+        absent = [self.absent.get(m) for m in names]
+        xids_by_key: dict[Key, list[XidEvent]] = {}
+        for x in self.xids:
+            xids_by_key.setdefault((x.ts, x.uuid), []).append(x)
+        bounds = np.flatnonzero(np.diff(ts)) + 1
+        starts = np.concatenate(([0], bounds))
+        ends = np.concatenate((bounds, [n]))
+        for a, b in zip(starts.tolist(), ends.tolist(), strict=True):
+            t = float(ts[a])
+            out = []
+            for r in range(a, b):
+                u = str(uuids[r])
+                key = (t, u)
+                values: dict[str, float | None] = {}
+                for name, col, ab in zip(names, cols, absent, strict=True):
+                    if ab is not None and ab[r]:
+                        continue
+                    v = float(col[r])
+                    values[name] = None if math.isnan(v) else v
+                out.append(Sample(ts=t, uuid=u, index=int(idx[r]), values=values,
+                                  processes=self.processes.get(key),
+                                  xids=tuple(xids_by_key.get(key, ())), lost=bool(lost[r]),
+                                  errors=self.errors.get(key, ())))
+            yield t, out
+
+    def span(self) -> tuple[float, float] | None:
+        """(first, last) timestamp in POSIX s, or None for an empty trace."""
+        if len(self.frame) == 0:
+            return None
+        ts = self.frame["ts"]
+        return float(ts.iloc[0]), float(ts.iloc[-1])
+
+
+def standin_uuid(host: str, index: int) -> str:
+    """The stable stand-in identity of a GPU whose log has no UUID column."""
+    return f"{host}/gpu{index}"
+
+
+def build(*, path: str, host: str, fmt: str, ts: np.ndarray, uuid: np.ndarray,
+          index: np.ndarray, lost: np.ndarray | None, metrics: dict[str, np.ndarray],
+          inventory: dict[str, dict[str, object]] | None = None,
+          row_errors: dict[int, list[str]] | None = None,
+          warnings: list[str] | None = None) -> Recording:
+    """Assemble a :class:`Recording` from unsorted numpy columns (one entry per row).
+
+    ``inventory`` maps uuid -> DeviceInfo fields seen in the log (name, pci_bus_id...).
+    ``row_errors`` maps an input row number to its read-error texts.
+    """
+    n = len(ts)
+    order = np.lexsort((index, ts))
+    is_sorted = bool(n < 2 or (np.all(np.diff(order) == 1)))
+    data: dict[str, object] = {}
+
+    def take(a: np.ndarray) -> np.ndarray:
+        return a if is_sorted else a[order]
+
+    data["ts"] = take(np.asarray(ts, dtype=np.float64))
+    data["uuid"] = take(np.asarray(uuid, dtype=object))
+    data["index"] = take(np.asarray(index, dtype=np.int64))
+    data["lost"] = take(np.zeros(n, dtype=bool) if lost is None else np.asarray(lost, bool))
+    for name, col in metrics.items():
+        data[name] = take(np.asarray(col, dtype=np.float64))
+    frame = pd.DataFrame(data, copy=False)
+    frame["uuid"] = frame["uuid"].astype(str)
+    errors: dict[Key, tuple[str, ...]] = {}
+    for row, texts in (row_errors or {}).items():
+        errors[(float(ts[row]), str(uuid[row]))] = tuple(texts)
+    devs = _inventory(frame, inventory or {})
+    return Recording(path=path, host=host, format=fmt, frame=frame, inventory=devs,
+                     errors=errors, warnings=list(warnings or []))
+
+
+def _inventory(frame: pd.DataFrame, extra: dict[str, dict[str, object]]) -> list[DeviceInfo]:
+    """One DeviceInfo per uuid (first index it was seen with), filled from the log."""
+    if len(frame) == 0:
+        return []
+    firsts = frame.drop_duplicates("uuid")[["uuid", "index"]]
+    out = []
+    for u, i in zip(firsts["uuid"].tolist(), firsts["index"].tolist(), strict=True):
+        fields = dict(extra.get(u, {}))
+        if "memory_total_mib" not in fields and "memory.total" in frame.columns:
+            mt = frame.loc[frame["uuid"] == u, "memory.total"].dropna()
+            if len(mt):
+                fields["memory_total_mib"] = float(mt.iloc[0])
+        out.append(DeviceInfo(index=int(i), uuid=u, **fields))  # type: ignore[arg-type]
+    out.sort(key=lambda d: d.index)
+    return out
