@@ -15,6 +15,7 @@ one-million-row log plots in about a second; time axis in UTC.
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -44,6 +45,21 @@ KIND_COLOURS: dict[str, str] = {
 }
 
 
+@dataclass
+class PlotInfo:
+    """What :func:`plot_timeline` drew: panel names, GPU lines per panel, shaded spans.
+
+    ``spans`` holds ``(kind, start, end, phase)`` with times in POSIX s and ``phase``
+    ``"pending"`` (started -> fired) or ``"firing"`` (fired -> resolved or end).
+    """
+
+    panels: list[str] = field(default_factory=list)
+    lines: int = 0
+    points: int = 0  # most points drawn on one line (after reduction)
+    spans: list[tuple[str, float, float, str]] = field(default_factory=list)
+    labels: list[str] = field(default_factory=list)
+
+
 def _reduce(g: Any, max_points: int) -> Any:
     """Bucket means of one GPU's rows (ts and values) down to ``max_points`` rows."""
     if len(g) <= max_points:
@@ -66,10 +82,11 @@ def _series(frame: Any) -> Any:
 
 
 def plot_timeline(frame: Any, incidents: Sequence[Incident], path: str | Path,
-                  title: str = "", max_points: int = 3000) -> list[str]:
+                  title: str = "", max_points: int = 3000) -> PlotInfo:
     """Draw the timeline of ``frame`` (the replay frame contract) to ``path`` (PNG).
 
-    Returns the panel names drawn. Uses the Agg backend: no display is needed.
+    Returns what was drawn. Uses the Agg backend: no display is needed. An empty frame
+    is an error the caller reports (there is no time axis to draw).
     """
     import matplotlib
 
@@ -78,6 +95,9 @@ def plot_timeline(frame: Any, incidents: Sequence[Incident], path: str | Path,
     import matplotlib.pyplot as plt
     import pandas as pd
 
+    if len(frame) == 0:
+        raise ValueError("nothing to plot: the recording has no samples")
+    info = PlotInfo()
     data = _series(frame)
     panels = [p for p in PANELS if p[1] in data.columns and data[p[1]].notna().any()]
     if not panels:
@@ -98,19 +118,22 @@ def plot_timeline(frame: Any, incidents: Sequence[Incident], path: str | Path,
         g = _reduce(by_uuid[uuid].drop(columns=["uuid"]), max_points)
         colour = cmap(n % cmap.N)
         x = when(g["ts"])
+        info.points = max(info.points, len(g))
         for ax, (_name, col, _unit) in zip(axes, panels, strict=True):
             if col in g.columns:
                 ax.plot(x, g[col], lw=0.8, color=colour, label=f"GPU {int(index)}")
+                info.lines += 1
             if col == "power.draw" and "enforced.power.limit" in g.columns:
                 ax.plot(x, g["enforced.power.limit"], lw=0.8, ls="--", color=colour,
                         alpha=0.6)
+                info.lines += 1
     for ax, (name, _col, unit) in zip(axes, panels, strict=True):
         ax.set_ylabel(f"{name}\n({unit})", fontsize=9)
         lo, hi = YLIMS.get(_col, (None, None))
         ax.set_ylim(bottom=lo, top=hi)
         ax.grid(True, alpha=0.25)
         ax.tick_params(labelsize=8)
-    _shade(axes, incidents, tmin, tmax, when)
+    _shade(axes, incidents, tmin, tmax, when, info)
     axes[0].legend(loc="upper left", bbox_to_anchor=(1.005, 1.0), fontsize=8, frameon=False)
     axes[-1].xaxis.set_major_formatter(mdates.DateFormatter("%H:%M:%S", tz="UTC"))
     axes[-1].set_xlabel(f"time (UTC), {when(tmin):%Y-%m-%d}", fontsize=9)
@@ -120,11 +143,12 @@ def plot_timeline(frame: Any, incidents: Sequence[Incident], path: str | Path,
     fig.tight_layout()
     fig.savefig(path, dpi=110)
     plt.close(fig)
-    return [p[0] for p in panels]
+    info.panels = [p[0] for p in panels]
+    return info
 
 
 def _shade(axes: Any, incidents: Sequence[Incident], tmin: float, tmax: float,
-           when: Any) -> None:
+           when: Any, info: PlotInfo) -> None:
     """Shade every incident on every panel; label it once on the top panel."""
     top = axes[0]
     for k, inc in enumerate(incidents):
@@ -137,7 +161,12 @@ def _shade(axes: Any, incidents: Sequence[Incident], tmin: float, tmax: float,
                 ax.axvspan(when(start), when(fired), color=colour, alpha=0.10, lw=0)
             if inc.fired_at is not None and end > fired:
                 ax.axvspan(when(fired), when(end), color=colour, alpha=0.25, lw=0)
+        if fired > start:
+            info.spans.append((inc.kind, start, fired, "pending"))
+        if inc.fired_at is not None and end > fired:
+            info.spans.append((inc.kind, fired, end, "firing"))
         label = f"{inc.kind} GPU {gpu_list(inc.gpus)}"
+        info.labels.append(label)
         top.annotate(label, xy=(when(start), 1.0), xycoords=("data", "axes fraction"),
                      xytext=(2, -10 - 10 * (k % 4)), textcoords="offset points",
                      fontsize=7.5, color=colour, fontweight="bold", va="top",
