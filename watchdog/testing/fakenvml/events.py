@@ -1,0 +1,147 @@
+"""Event sets (XID delivery) and GPM samples of the fake NVML.
+
+``nvmlEventSetWait_v2`` behaves like the real call: it blocks up to ``timeoutms`` for an
+event and returns ``NVML_ERROR_TIMEOUT`` when none came. Scripted XIDs become due at their
+scenario time and are delivered once, to a set that registered their GPU.
+
+GPM samples are opaque ids recording (GPU, scenario time); ``nvmlGpmMetricsGet`` answers
+from the readings at the later sample's time, as real GPM averages over the interval.
+"""
+
+from __future__ import annotations
+
+import threading
+from typing import Any
+
+from watchdog.testing.fakenvml import ctypesfill as cf
+from watchdog.testing.fakenvml.scenarios import GpuSpec, Scenario, readings
+
+OK = 0
+INVALID_ARGUMENT = 2
+NOT_SUPPORTED = 3
+TIMEOUT = 10
+XID_CRITICAL = 0x8
+_GPM_KEYS = {2: "sm_activity", 3: "sm_occupancy", 5: "tensor_activity", 10: "dram_bw"}
+
+
+class EventFns:
+    """Mixin: needs ``scenario``, ``lock``, ``event_sets``, ``delivered``, ``gpm_samples``,
+    ``new_id()``, ``device()``, ``elapsed()`` from the library state."""
+
+    scenario: Scenario
+    lock: threading.Lock
+    event_sets: dict[int, set[int]]
+    delivered: set[int]
+    gpm_samples: dict[int, tuple[int, float] | None]
+
+    def new_id(self) -> int:
+        raise NotImplementedError
+
+    def device(self, handle: Any) -> tuple[int, GpuSpec]:
+        raise NotImplementedError
+
+    def elapsed(self) -> float:
+        raise NotImplementedError
+
+    # --- events ---------------------------------------------------------------------------
+    def nvmlEventSetCreate(self, out: Any) -> int:
+        sid = self.new_id()
+        with self.lock:
+            self.event_sets[sid] = set()
+        cf.set_pointer(out, sid)
+        return OK
+
+    def nvmlDeviceRegisterEvents(self, h: Any, types: Any, event_set: Any) -> int:
+        i, _ = self.device(h)
+        if not self.scenario.events_supported:
+            return NOT_SUPPORTED
+        sid = cf.pointer_value(event_set)
+        with self.lock:
+            if sid not in self.event_sets:
+                return INVALID_ARGUMENT
+            if cf.as_int(types) & XID_CRITICAL:
+                self.event_sets[sid].add(i)
+        return OK
+
+    def _due(self, sid: int) -> tuple[int, int, int] | None:
+        now = self.elapsed()
+        with self.lock:
+            gpus = self.event_sets.get(sid, set())
+            for k, (t, gpu, code) in enumerate(self.scenario.xids):
+                if k not in self.delivered and t <= now and gpu in gpus:
+                    self.delivered.add(k)
+                    return k, gpu, code
+        return None
+
+    def nvmlEventSetWait_v2(self, event_set: Any, data: Any, timeoutms: Any) -> int:
+        sid = cf.pointer_value(event_set)
+        if sid not in self.event_sets:
+            return INVALID_ARGUMENT
+        waiter = threading.Event()
+        remaining = cf.as_int(timeoutms) / 1000.0
+        while True:
+            hit = self._due(sid)
+            if hit is not None:
+                _, gpu, code = hit
+                d = cf.target(data)
+                cf.set_pointer(d.device, cf.HANDLE_BASE + gpu)
+                d.eventType, d.eventData = XID_CRITICAL, code
+                d.gpuInstanceId = d.computeInstanceId = 0xFFFFFFFF
+                return OK
+            if remaining <= 0:
+                return TIMEOUT
+            step = min(0.05, remaining)
+            waiter.wait(step)  # a blocking C call waits inside the library, as NVML does
+            remaining -= step
+
+    def nvmlEventSetFree(self, event_set: Any) -> int:
+        with self.lock:
+            return OK if self.event_sets.pop(cf.pointer_value(event_set), None) is not None \
+                else INVALID_ARGUMENT
+
+    # --- GPM ------------------------------------------------------------------------------
+    def nvmlGpmQueryDeviceSupport(self, h: Any, out: Any) -> int:
+        _, g = self.device(h)
+        cf.target(out).isSupportedDevice = 1 if g.gpm else 0
+        return OK
+
+    def nvmlGpmSampleAlloc(self, out: Any) -> int:
+        sid = self.new_id()
+        with self.lock:
+            self.gpm_samples[sid] = None
+        cf.set_pointer(out, sid)
+        return OK
+
+    def nvmlGpmSampleFree(self, sample: Any) -> int:
+        with self.lock:
+            return OK if self.gpm_samples.pop(cf.pointer_value(sample) or 0, 0) != 0 \
+                else INVALID_ARGUMENT
+
+    def nvmlGpmSampleGet(self, h: Any, sample: Any) -> int:
+        i, g = self.device(h)
+        if not g.gpm:
+            return NOT_SUPPORTED
+        sid = cf.pointer_value(sample) or 0
+        with self.lock:
+            if sid not in self.gpm_samples:
+                return INVALID_ARGUMENT
+            self.gpm_samples[sid] = (i, self.elapsed())
+        return OK
+
+    def nvmlGpmMetricsGet(self, metrics_get: Any) -> int:
+        mg = cf.target(metrics_get)
+        with self.lock:
+            s1 = self.gpm_samples.get(cf.pointer_value(mg.sample1) or 0)
+            s2 = self.gpm_samples.get(cf.pointer_value(mg.sample2) or 0)
+        if s1 is None or s2 is None or s1[0] != s2[0] or mg.version != 1:
+            return INVALID_ARGUMENT
+        gpu = s2[0]
+        r = readings(self.scenario.gpus[gpu], gpu, s2[1])
+        for k in range(mg.numMetrics):
+            m = mg.metrics[k]
+            key = _GPM_KEYS.get(m.metricId)
+            if key is None:
+                m.nvmlReturn = NOT_SUPPORTED
+            else:
+                m.nvmlReturn, m.value = OK, r[key]
+        return OK
