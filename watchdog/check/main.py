@@ -1,0 +1,130 @@
+"""From parsed ``watchdog check`` arguments to a :class:`~watchdog.check.judge.Verdict`.
+
+Per source kind:
+
+* ``nvml``: the real wall clock; ``--duration`` of readings ``--interval`` apart.
+* ``sim…``: a :class:`~watchdog.clock.ManualClock`, so the simulated node runs as fast as the
+  CPU allows. Its history is placed so that the judged moment (``--at`` after its start) is
+  now. The default ``--at`` comes from the scenario's ground truth: the last fault's onset
+  plus its time to show plus a margin (:func:`default_at`).
+* a log or recording: its last ``--duration`` of samples; the judged moment is its last
+  timestamp.
+
+Heavy modules (the replay readers, pandas) are imported only for a log source.
+"""
+
+from __future__ import annotations
+
+import argparse
+import socket
+from typing import Any
+
+from watchdog.check.judge import Problem, Status, Verdict, judge
+from watchdog.check.probe import Burst, burst_live, burst_recorded
+from watchdog.clock import Clock, ManualClock, WallClock
+
+HEALTHY_AT_S = 600.0
+"""Default judged moment (s after start) of a simulated node without faults: past job
+start-up, a few steps and the first checkpoint pause."""
+
+SHOW_MARGIN_S = 30.0
+"""Added to the default ``--at``: time for a fault to be unmistakable in the readings."""
+
+WARMUP_STEP_S = 1.0
+"""Step (s) at which a simulated node is advanced before the burst (its readings are
+discarded): the simulator keeps state (temperatures, counters) that needs a history."""
+
+
+def default_at(source: Any) -> float:
+    """Seconds after a simulated node's start at which its injected faults are showing.
+
+    Reads ``source.ground_truth()`` (a list of faults, each with an ``onset`` in seconds
+    after start and optionally a ``show`` time); :data:`HEALTHY_AT_S` when there is none.
+    """
+    truth = getattr(source, "ground_truth", None)
+    faults = list(truth()) if callable(truth) else []
+    ends = []
+    for f in faults:
+        onset = _field(f, "onset", "onset_s", "start")
+        if onset is None:
+            continue
+        show = _field(f, "show", "show_s", "time_to_show") or 0.0
+        ends.append(onset + show + SHOW_MARGIN_S)
+    return max(ends) if ends else HEALTHY_AT_S
+
+
+def _field(obj: Any, *names: str) -> float | None:
+    for n in names:
+        v = obj.get(n) if isinstance(obj, dict) else getattr(obj, n, None)
+        if v is not None:
+            return float(v)
+    return None
+
+
+def probe(args: argparse.Namespace, clock: Clock | None = None) -> Verdict:
+    """Open the source named by ``args.source``, collect one burst and judge it.
+
+    ``clock`` replaces the wall clock of the ``nvml`` source (tests).
+    """
+    from watchdog.commands.common import source_options
+    from watchdog.sources import kind_of, open_live, open_recorded
+
+    options = source_options(args)
+    kind = kind_of(args.source)
+    if args.interval <= 0:
+        from watchdog.errors import InputError
+
+        raise InputError(f"--interval {args.interval:g}: must be more than 0")
+    if kind == "replay":
+        rec = open_recorded(args.source, options)
+        burst = burst_recorded(rec.host, rec.devices(), rec.ticks(), args.duration)
+        checked_at = burst.end
+    elif kind == "sim":
+        burst, checked_at = _sim_burst(args, options)
+    else:
+        clock = clock or WallClock()
+        source = open_live(args.source, options, clock.now())
+        try:
+            burst = burst_live(source, clock, args.duration, args.interval)
+        finally:
+            source.close()
+        checked_at = clock.now()
+    return _judge(args, burst, checked_at)
+
+
+def _sim_burst(args: argparse.Namespace, options: Any) -> tuple[Burst, float]:
+    from watchdog.sources import open_live
+
+    now = WallClock().now()
+    probe_src = open_live(args.source, options, 0.0)
+    at = args.at if args.at is not None else default_at(probe_src)
+    probe_src.close()
+    start = now - at
+    clock = ManualClock(start=start)
+    source = open_live(args.source, options, start)
+    try:
+        devices = source.devices()
+        burst_from = start + max(0.0, at - args.duration)
+        t = start
+        while t < burst_from:
+            source.sample(t)
+            t = min(t + WARMUP_STEP_S, burst_from)
+        clock.sleep_until(burst_from)
+        burst = burst_live(source, clock, args.duration, args.interval, devices)
+    finally:
+        source.close()
+    return burst, clock.now()
+
+
+def _judge(args: argparse.Namespace, burst: Burst, checked_at: float) -> Verdict:
+    return judge(burst.devices, burst.samples, host=burst.host, checked_at=checked_at,
+                 expected_gpus=args.expect_gpus, source=args.source, duration_s=burst.span)
+
+
+def unknown(args: argparse.Namespace, message: str) -> Verdict:
+    """The verdict when the probe could not judge at all (exit 3)."""
+    host = getattr(args, "host", None) or socket.gethostname()
+    return Verdict(host=host, checked_at=WallClock().now(), gpus=[],
+                   problems=[Problem(Status.UNKNOWN, "probe", message)],
+                   expected_gpus=getattr(args, "expect_gpus", None),
+                   source=getattr(args, "source", "nvml"))

@@ -1,0 +1,119 @@
+"""``watchdog check``: one-shot health probe with Nagios exit codes.
+
+Only argparse wiring and output here; the work lives in :mod:`watchdog.check` and is
+imported inside :func:`run` so that ``watchdog --help`` stays cheap.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from typing import NoReturn
+
+from watchdog.commands.common import add_source_args
+
+EPILOG = """\
+exit codes (Nagios plugin convention; usable as a Slurm HealthCheckProgram, an NHC check
+or a Kubernetes exec probe):
+  0 OK        every GPU healthy
+  1 WARNING   look at it: SW thermal slowdown, pending row remap, application XID
+              (13, 31, 43...), PCIe link degraded, memory at the limit, hang signature
+  2 CRITICAL  drain it: fewer GPUs than --expect-gpus (or none), GPU lost, fatal XID
+              (48, 79, 94, 95, 119, 120, 140...), uncorrectable ECC, row-remap failure,
+              HW slowdown for the whole check, NVML call timed out (wedged driver)
+  3 UNKNOWN   could not judge: no NVML library or driver, NVML init failed, an NVML read
+              error on a GPU, a bad command line or --source path, an internal error.
+              Bad input is UNKNOWN here (not 2 as in other commands): a typo in a probe's
+              arguments must not make Slurm or Nagios drain a healthy node.
+With several problems the node takes the worst: CRITICAL > WARNING > UNKNOWN > OK.
+
+sources:
+  nvml        (default) read the GPUs for --duration, one reading every --interval
+  sim[:S,...] a simulated node on a simulated clock, judged --at a point in its history
+              (default: when the last injected fault has had time to show)
+  PATH        a log or recording: its last --duration of samples are judged
+"""
+
+
+def _duration(text: str) -> float:
+    """argparse type for durations (``2s``, ``500ms``, ``1m``, bare seconds)."""
+    from watchdog.errors import InputError
+    from watchdog.units import parse_duration
+
+    try:
+        return parse_duration(text)
+    except InputError as e:
+        raise argparse.ArgumentTypeError(str(e)) from None
+
+
+def _count(text: str) -> int:
+    try:
+        n = int(text)
+    except ValueError:
+        n = -1
+    if n < 0:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a GPU count (0 or more)")
+    return n
+
+
+def register(subparsers: argparse._SubParsersAction) -> None:
+    """Add the ``check`` sub-command."""
+    p = subparsers.add_parser(
+        "check", help="one-shot health probe (exit 0 OK, 1 WARNING, 2 CRITICAL, 3 UNKNOWN)",
+        description="Sample the GPUs briefly and judge their health now: GPU count, lost "
+                    "GPUs, NVML errors and timeouts, XIDs, ECC and row remaps, thermal and "
+                    "HW slowdown, PCIe link, memory at the limit, the hang signature.",
+        epilog=EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter)
+    add_source_args(p)
+    p.add_argument("--json", action="store_true", help="print one JSON object instead of a table")
+    p.add_argument("--expect-gpus", type=_count, default=None, metavar="N",
+                   help="CRITICAL when fewer GPUs are found (WARNING when more)")
+    p.add_argument("--duration", type=_duration, default=2.0, metavar="DURATION",
+                   help="how long to sample (default 2s; 0 = a single reading); for a log, "
+                        "how much of its end to judge")
+    p.add_argument("--interval", type=_duration, default=0.5, metavar="DURATION",
+                   help="time between readings (default 0.5s)")
+    p.add_argument("--at", type=_duration, default=None, metavar="DURATION",
+                   help="sim only: judge the simulated node this long after its start "
+                        "(default: the last injected fault's onset plus its time to show, "
+                        "or 10m for a healthy node)")
+    p.add_argument("--no-color", action="store_true",
+                   help="no ANSI colour (also off when NO_COLOR is set or stdout is not a "
+                        "terminal)")
+    p.error = _unknown_error.__get__(p)  # type: ignore[method-assign]
+    p.set_defaults(func=run)
+
+
+def _unknown_error(self: argparse.ArgumentParser, message: str) -> NoReturn:
+    """Usage errors exit 3 (UNKNOWN), not argparse's 2 (which reads as CRITICAL)."""
+    self.print_usage(sys.stderr)
+    print(f"watchdog check: error: {message}", file=sys.stderr)
+    print("WATCHDOG UNKNOWN - bad command line")
+    raise SystemExit(3)
+
+
+def run(args: argparse.Namespace) -> int:
+    """Probe, judge, print; returns the Nagios exit code."""
+    from watchdog.check import report, table
+    from watchdog.check.main import probe, unknown
+    from watchdog.errors import WatchdogError
+
+    try:
+        verdict = probe(args)
+    except WatchdogError as e:
+        print(f"watchdog: error: {e}", file=sys.stderr)
+        verdict = unknown(args, str(e))
+    except KeyboardInterrupt:
+        raise
+    except Exception as e:  # a probe that cannot judge must say UNKNOWN, never crash
+        if getattr(args, "debug", False):
+            raise
+        msg = f"internal error: {type(e).__name__}: {e} (this is a bug; rerun with --debug)"
+        print(f"watchdog: {msg}", file=sys.stderr)
+        verdict = unknown(args, msg)
+    if args.json:
+        print(report.to_json(verdict))
+    else:
+        color = table.use_color(sys.stdout, args.no_color)
+        sys.stdout.write(table.render(verdict, color=color))
+    return verdict.exit_code
