@@ -65,7 +65,6 @@ def open_log(path: str | os.PathLike[str], *, mapping: dict[str, str] | None = N
     from watchdog.sources.replay.sniff import sniff
 
     kind = sniff(p, data[:_HEAD])
-    host = host or Path(p).stem
     if tz is not None:
         _check_tz(tz)
     if kind == "recording":
@@ -73,7 +72,8 @@ def open_log(path: str | os.PathLike[str], *, mapping: dict[str, str] | None = N
 
         if mapping:
             raise InputError(f"{p}: --map does not apply to a watchdog recording")
-        return recording.read(p, data, host=host)
+        return recording.read(p, data, host=host)  # default: the host it was recorded on
+    host = host or Path(p).stem
     if kind == "dmon":
         from watchdog.sources.replay import dmon
 

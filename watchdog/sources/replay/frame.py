@@ -34,6 +34,8 @@ class Recording:
     ``absent``: per metric, a bool row mask where the sample had no such key at all (only
     the own format knows the difference from None; empty for logs).
     ``warnings``: one line each, for things dropped or repaired while reading.
+    ``sample_xids``: the XIDs each sample carried, by ``(ts, uuid)`` of the sample (an
+    XID's own ``ts`` may differ); when empty, XIDs attach to the sample at their own time.
     """
 
     path: str
@@ -46,6 +48,7 @@ class Recording:
     errors: dict[Key, tuple[str, ...]] = field(default_factory=dict)
     absent: dict[str, np.ndarray] = field(default_factory=dict)
     warnings: list[str] = field(default_factory=list)
+    sample_xids: dict[Key, tuple[XidEvent, ...]] = field(default_factory=dict)
 
     def devices(self) -> list[DeviceInfo]:
         """Inventory of the GPUs seen in the trace, by index."""
@@ -72,9 +75,11 @@ class Recording:
         names = self.metrics
         cols = [f[m].to_numpy() for m in names]
         absent = [self.absent.get(m) for m in names]
-        xids_by_key: dict[Key, list[XidEvent]] = {}
-        for x in self.xids:
-            xids_by_key.setdefault((x.ts, x.uuid), []).append(x)
+        xids_by_key: dict[Key, tuple[XidEvent, ...]] = dict(self.sample_xids)
+        if not xids_by_key:
+            for x in self.xids:
+                k = (x.ts, x.uuid)
+                xids_by_key[k] = (*xids_by_key.get(k, ()), x)
         bounds = np.flatnonzero(np.diff(ts)) + 1
         starts = np.concatenate(([0], bounds))
         ends = np.concatenate((bounds, [n]))
