@@ -8,7 +8,7 @@ Layout::
       0  H100 80GB HBM3  45 C   690/700 W   100%  75.1/79.6 GiB   1980 MHz  power cap     OK
     ...
     problems:
-      CRITICAL GPU 3 gpu_lost: GPU is lost (...)
+      CRITICAL GPU 3 [gpu_lost]: GPU is lost (...)
     verdict: CRITICAL (1 critical, 1 warning)
 
 The first line is what Nagios shows as the service's status text. Missing values print as
@@ -121,8 +121,8 @@ def render(v: Verdict, color: bool = False) -> str:
         out = []
         for i, (c, w) in enumerate(zip(cells, widths, strict=True)):
             text = c.rjust(w) if i in right else c.ljust(w)
-            if status is not None and i == 8:
-                text = paint(text, status, color)
+            if status is not None and i == 8:  # colour the word, not its padding
+                text = paint(c, status, color) + " " * (w - len(c))
             out.append(text)
         return "  ".join(out).rstrip()
 
@@ -133,8 +133,9 @@ def render(v: Verdict, color: bool = False) -> str:
     if v.problems:
         lines.append("problems:")
         for p in sorted(v.problems, key=lambda p: -RANK[p.severity]):
-            lines.append(f"  {paint(p.severity.name, p.severity, color)} {p.check}: "
-                         f"{_problem_line(p)}")
+            where = f"GPU {p.gpu}" if p.gpu is not None else "node"
+            lines.append(f"  {paint(p.severity.name, p.severity, color)} {where} "
+                         f"[{p.check}]: {p.message}")
     counts = {s: sum(1 for p in v.problems if p.severity is s) for s in Status}
     summary = ", ".join(f"{n} {s.name.lower()}" for s, n in counts.items() if n)
     lines.append(f"verdict: {paint(v.status.name, v.status, color)}"

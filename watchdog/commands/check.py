@@ -81,6 +81,15 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                    help="no ANSI colour (also off when NO_COLOR is set or stdout is not a "
                         "terminal)")
     p.error = _unknown_error.__get__(p)  # type: ignore[method-assign]
+    known = p.parse_known_args
+
+    def strict(args=None, namespace=None):  # unknown options: our exit 3, not the top's 2
+        ns, extras = known(args, namespace)
+        if extras:
+            p.error(f"unrecognized arguments: {' '.join(extras)}")
+        return ns, []
+
+    p.parse_known_args = strict  # type: ignore[method-assign]
     p.set_defaults(func=run)
 
 
