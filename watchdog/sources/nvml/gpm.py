@@ -1,0 +1,78 @@
+"""GPM metrics (Hopper and newer): SM activity and occupancy, tensor activity, DRAM bandwidth.
+
+GPM metrics are computed *between two samples* taken with ``nvmlGpmSampleGet``. Each GPU
+keeps its previous sample: every read takes a new one and, when a previous one exists,
+asks ``nvmlGpmMetricsGet`` for the interval between them, then swaps the two buffers. The
+first read of a GPU therefore reports these metrics as missing (None), and each later read
+covers exactly the time since the previous sample — the same window as the other values.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from watchdog.sources.nvml.reader import DeviceReader
+
+# NVML_GPM_METRIC_* id -> catalogue name (all in percent)
+METRICS: tuple[tuple[int, str], ...] = (
+    (2, "gpm.sm_activity"), (3, "gpm.sm_occupancy"), (5, "gpm.tensor_activity"),
+    (10, "gpm.dram_bandwidth"),
+)
+
+
+class GpmState:
+    """The previous/current GPM sample buffers of one GPU."""
+
+    def __init__(self, nv: Any, prev: Any, cur: Any) -> None:
+        self.nv = nv
+        self.prev = prev
+        self.cur = cur
+        self.have_prev = False
+
+    @classmethod
+    def open(cls, reader: DeviceReader) -> GpmState | None:
+        """Buffers for ``reader``'s GPU when it supports GPM, else None (runs on its lane)."""
+        support = reader.call("gpm", "nvmlGpmQueryDeviceSupport")
+        if support is None or not support.isSupportedDevice:
+            return None
+        nv = reader.nv
+        reader.lane.enter("nvmlGpmSampleAlloc")
+        try:
+            return cls(nv, nv.nvmlGpmSampleAlloc(), nv.nvmlGpmSampleAlloc())
+        except nv.NVMLError as e:
+            reader.classify("gpm", "nvmlGpmSampleAlloc", e)
+            return None
+
+    def read(self, reader: DeviceReader) -> dict[str, float | None]:
+        out: dict[str, float | None] = {name: None for _, name in METRICS}
+        if reader.call("gpm", "nvmlGpmSampleGet", self.cur) is None:
+            self.have_prev = False
+            return out
+        if self.have_prev:
+            nv = self.nv
+            mg = nv.c_nvmlGpmMetricsGet_t()
+            mg.version = nv.NVML_GPM_METRICS_GET_VERSION
+            mg.numMetrics = len(METRICS)
+            mg.sample1, mg.sample2 = self.prev, self.cur
+            for k, (mid, _) in enumerate(METRICS):
+                mg.metrics[k].metricId = mid
+            reader.lane.enter("nvmlGpmMetricsGet")
+            try:
+                nv.nvmlGpmMetricsGet(mg)
+            except nv.NVMLError as e:
+                reader.classify("gpm", "nvmlGpmMetricsGet", e)
+            else:
+                for k, (_, name) in enumerate(METRICS):
+                    m = mg.metrics[k]
+                    out[name] = float(m.value) if m.nvmlReturn == 0 else None
+        self.prev, self.cur = self.cur, self.prev
+        self.have_prev = True
+        return out
+
+    def free(self) -> None:
+        for s in (self.prev, self.cur):
+            try:
+                self.nv.nvmlGpmSampleFree(s)
+            except self.nv.NVMLError:
+                pass

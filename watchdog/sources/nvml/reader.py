@@ -1,0 +1,202 @@
+"""Read one GPU: every NVML call for a sample, run on that GPU's lane.
+
+:class:`DeviceReader` wraps each call (``call``) so the lane knows which call is in
+flight (for the deadline), NotSupported-style errors become ``None`` (logged once),
+a lost GPU aborts the read (:class:`GpuLost`) and other errors are kept as one-line
+strings for the sample. Unit conversions to the catalogue (``watchdog.catalogue``):
+mW -> W, bytes -> MiB, mJ -> J, ns -> s.
+
+Batched: ECC totals, retired-pages-pending, remapped rows, PCIe replays, memory
+temperature, energy and the NVLink error totals (all links) come from one
+``nvmlDeviceGetFieldValues`` call, each field with its own status.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from watchdog.model import ProcessInfo
+from watchdog.sources.nvml.deadline import Lane
+from watchdog.sources.nvml.errors import (
+    FUNCTION_NOT_FOUND,
+    GPU_IS_LOST,
+    MISSING_CODES,
+    NOT_SUPPORTED,
+    UNKNOWN,
+    GpuLost,
+    OnceLog,
+    code_of,
+)
+from watchdog.sources.nvml.gpm import GpmState
+from watchdog.sources.nvml.procs import describe
+
+MiB = 1024.0 * 1024.0
+NOT_AVAILABLE_ULL = 0xFFFFFFFFFFFFFFFF
+
+# (field id, catalogue name, scale to catalogue unit)
+FIELDS: tuple[tuple[int, str, float], ...] = (
+    (3, "ecc.errors.corrected.volatile.total", 1.0),
+    (4, "ecc.errors.uncorrected.volatile.total", 1.0),
+    (6, "ecc.errors.uncorrected.aggregate.total", 1.0),
+    (31, "retired_pages.pending", 1.0),
+    (142, "remapped_rows.correctable", 1.0),
+    (143, "remapped_rows.uncorrectable", 1.0),
+    (144, "remapped_rows.pending", 1.0),
+    (145, "remapped_rows.failure", 1.0),
+    (94, "pcie.replay_counter", 1.0),
+    (82, "temperature.memory", 1.0),
+    (83, "energy.total", 1e-3),
+    (38, "nvlink.errors.crc_flit", 1.0),
+    (45, "nvlink.errors.crc_data", 1.0),
+    (52, "nvlink.errors.replay", 1.0),
+    (59, "nvlink.errors.recovery", 1.0),
+)
+FIELD_IDS = [f[0] for f in FIELDS]
+_UNION_MEMBER = ("dVal", "uiVal", "ulVal", "ullVal", "sllVal", "siVal", "usVal")
+# (policy id, catalogue name): NVML_PERF_POLICY_*
+VIOLATIONS = ((0, "violation.power"), (1, "violation.thermal"), (2, "violation.sync_boost"),
+              (5, "violation.reliability"))
+
+
+class DeviceReader:
+    """All reads of GPU ``index``; every method runs on ``lane``'s thread."""
+
+    def __init__(self, nv: Any, index: int, handle: Any, lane: Lane, once: OnceLog,
+                 proc_root: str = "/proc") -> None:
+        self.nv = nv
+        self.index = index
+        self.handle = handle
+        self.lane = lane
+        self.once = once
+        self.proc_root = proc_root
+        self.errors: list[str] = []
+        self.lost_seen = False
+        self.gpm: GpmState | None = None
+
+    def call(self, field: str, name: str, *args: Any, **kwargs: Any) -> Any:
+        """``pynvml.<name>(handle, *args)``; None when missing; raises GpuLost."""
+        self.lane.enter(name)
+        try:
+            return getattr(self.nv, name)(self.handle, *args, **kwargs)
+        except self.nv.NVMLError as e:
+            return self.classify(field, name, e)
+
+    def call_or_older(self, field: str, name: str, older: str, *args: Any,
+                      **kwargs: Any) -> Any:
+        """``call(name)``, or ``call(older)`` when the driver lacks ``name`` (or, for the
+        versioned APIs, does not support it): old drivers keep the old entry points."""
+        self.lane.enter(name)
+        try:
+            return getattr(self.nv, name)(self.handle, *args, **kwargs)
+        except self.nv.NVMLError as e:
+            if code_of(e) in (FUNCTION_NOT_FOUND, NOT_SUPPORTED):
+                return self.call(field, older, *args)
+            return self.classify(field, name, e)
+
+    def classify(self, field: str, name: str, e: BaseException) -> None:
+        """None for a missing value (logged once); GpuLost; else keep the error line."""
+        code = code_of(e)
+        if code == GPU_IS_LOST or (code == UNKNOWN and self.lost_seen):
+            self.lost_seen = True
+            raise GpuLost(f"{name}: {e}") from None
+        if code in MISSING_CODES:
+            self.once(self.index, field, f"{name}: {e}")
+        else:
+            self.errors.append(f"{name}: {e}")
+        return None
+
+    # --- one sample -----------------------------------------------------------------------
+    def read(self) -> tuple[dict[str, float | None], tuple[ProcessInfo, ...] | None]:
+        """Values keyed by catalogue name and the running compute processes."""
+        self.errors = []
+        nv = self.nv
+        v: dict[str, float | None] = {}
+        util = self.call("utilization", "nvmlDeviceGetUtilizationRates")
+        v["utilization.gpu"] = float(util.gpu) if util is not None else None
+        v["utilization.memory"] = float(util.memory) if util is not None else None
+        self._memory(v)
+        v["power.draw"] = _scaled(self.call("power.draw", "nvmlDeviceGetPowerUsage"), 1e-3)
+        v["enforced.power.limit"] = _scaled(
+            self.call("enforced.power.limit", "nvmlDeviceGetEnforcedPowerLimit"), 1e-3)
+        v["temperature.gpu"] = _scaled(self.call(
+            "temperature.gpu", "nvmlDeviceGetTemperature", nv.NVML_TEMPERATURE_GPU), 1.0)
+        v["fan.speed"] = _scaled(self.call("fan.speed", "nvmlDeviceGetFanSpeed"), 1.0)
+        for name, clock in (("clocks.sm", 1), ("clocks.mem", 2), ("clocks.gr", 0)):
+            v[name] = _scaled(self.call(name, "nvmlDeviceGetClockInfo", clock), 1.0)
+        v["clocks_event_reasons.active"] = self._reasons()
+        v["pstate"] = _scaled(self.call("pstate", "nvmlDeviceGetPerformanceState"), 1.0)
+        for policy, name in VIOLATIONS:
+            t = self.call(name, "nvmlDeviceGetViolationStatus", policy)
+            v[name] = t.violationTime * 1e-9 if t is not None else None
+        self._fields(v)
+        v["retired_pages.count"] = self._retired_pages()
+        v["pcie.link.gen.current"] = _scaled(
+            self.call("pcie.link.gen.current", "nvmlDeviceGetCurrPcieLinkGeneration"), 1.0)
+        v["pcie.link.width.current"] = _scaled(
+            self.call("pcie.link.width.current", "nvmlDeviceGetCurrPcieLinkWidth"), 1.0)
+        v["pcie.tx_throughput"] = _scaled(self.call(
+            "pcie.tx_throughput", "nvmlDeviceGetPcieThroughput", nv.NVML_PCIE_UTIL_TX_BYTES), 1.0)
+        v["pcie.rx_throughput"] = _scaled(self.call(
+            "pcie.rx_throughput", "nvmlDeviceGetPcieThroughput", nv.NVML_PCIE_UTIL_RX_BYTES), 1.0)
+        if self.gpm is not None:
+            v.update(self.gpm.read(self))
+        return v, self._processes()
+
+    def _memory(self, v: dict[str, float | None]) -> None:
+        # v2 (driver 510+) reports used memory without the driver's reserved share
+        mem = self.call_or_older("memory", "nvmlDeviceGetMemoryInfo", "nvmlDeviceGetMemoryInfo",
+                                 version=self.nv.nvmlMemory_v2)
+        v["memory.used"] = mem.used / MiB if mem is not None else None
+        v["memory.total"] = mem.total / MiB if mem is not None else None
+
+    def _reasons(self) -> float | None:
+        # drivers before 535 only know the old "throttle reasons" name
+        return _scaled(self.call_or_older(
+            "clocks_event_reasons", "nvmlDeviceGetCurrentClocksEventReasons",
+            "nvmlDeviceGetCurrentClocksThrottleReasons"), 1.0)
+
+    def _fields(self, v: dict[str, float | None]) -> None:
+        values = self.call("field_values", "nvmlDeviceGetFieldValues", FIELD_IDS)
+        for k, (fid, name, scale) in enumerate(FIELDS):
+            if values is None:
+                v[name] = None
+                continue
+            fv = values[k]
+            if fv.nvmlReturn == GPU_IS_LOST:
+                self.lost_seen = True
+                raise GpuLost(f"nvmlDeviceGetFieldValues({fid}): GPU is lost")
+            if fv.nvmlReturn != 0:
+                if fv.nvmlReturn in MISSING_CODES:
+                    self.once(self.index, name, f"field {fid}: NVML error {fv.nvmlReturn}")
+                else:
+                    self.errors.append(f"nvmlDeviceGetFieldValues field {fid} ({name}): "
+                                       f"NVML error {fv.nvmlReturn}")
+                v[name] = None
+                continue
+            member = _UNION_MEMBER[fv.valueType] if 0 <= fv.valueType < 7 else "ullVal"
+            v[name] = float(getattr(fv.value, member)) * scale
+
+    def _retired_pages(self) -> float | None:
+        total = 0
+        for cause in (0, 1):  # multiple single-bit, double-bit
+            pages = self.call("retired_pages.count", "nvmlDeviceGetRetiredPages", cause)
+            if pages is None:
+                return None
+            total += len(pages)
+        return float(total)
+
+    def _processes(self) -> tuple[ProcessInfo, ...] | None:
+        procs = self.call_or_older("processes", "nvmlDeviceGetComputeRunningProcesses_v3",
+                                   "nvmlDeviceGetComputeRunningProcesses_v2")
+        if procs is None:
+            return None
+        out = []
+        for p in procs:
+            mem = p.usedGpuMemory
+            mib = None if mem is None or mem == NOT_AVAILABLE_ULL else mem / MiB
+            out.append(describe(int(p.pid), mib, self.proc_root))
+        return tuple(out)
+
+
+def _scaled(x: Any, scale: float) -> float | None:
+    return None if x is None else float(x) * scale
