@@ -1,0 +1,370 @@
+"""One fault per scenario, injected on top of the healthy job.
+
+Each :class:`Fault` edits a GPU's :class:`~watchdog.sources.sim.job.GpuState` while it is
+active (``onset <= t < end``; ``end`` None = until the end) and may emit XID events.
+Times here are seconds since the node started. Scenarios and their parameters (every
+scenario also takes ``gpus=`` and ``for=DURATION``):
+
+============== ======================================================== ==============
+scenario       what the GPUs show                                       extra params
+============== ======================================================== ==============
+healthy        nothing injected
+comm_hang      util pinned at 100 %, power near idle, clocks up, no     ``dead=I``
+               limiter bits, GPM ~0, memory held; ``dead=I``: that
+               rank's GPU drops to 0 % and loses its process
+stall          process holds memory, util 0, idle power, GPU idle bit
+thermal_throttle cooling loss: temperature climbs to the slowdown       ``cooling=X``
+               threshold in seconds, SW/HW thermal bits (0x20, 0x40+0x8),
+               clocks and power fall to hold it there
+hw_slowdown    power brake (0x80+0x8) at normal temperature, clocks
+               collapse to ~20-30 % of max, power falls
+memory_pressure a leak: memory grows over ``ramp`` s, then sits at the   ``ramp=DUR``
+               limit from the onset on
+gpu_lost       samples become ``Sample(lost=True)``; XID 79
+xid            one XID event (``code=``, default 13) and nothing else   ``code=N``
+ecc            uncorrected volatile ECC +1, row remap pending
+pcie_degraded  link width drops (default x8) / gen drops, replays grow  ``width=``,
+                                                                        ``gen=``,
+                                                                        ``rate=``/min
+straggler      one GPU persistently slower: clocks, power, util duty    ``factor=X``
+============== ======================================================== ==============
+
+Defaults: onset 300 s after start for the first scenario, +600 s for each following
+one; ``comm_hang`` and ``stall`` (node scope) take every GPU no other scenario claims,
+the others take one GPU each from the highest index down, so combined scenarios do not
+overlap. :meth:`Fault.record` is the ground truth.
+"""
+
+from __future__ import annotations
+
+from typing import Any, ClassVar
+
+from watchdog import reasons as R
+from watchdog.errors import InputError
+from watchdog.sources.sim import noise
+from watchdog.sources.sim.job import GpuState, TrainingJob
+from watchdog.sources.sim.spec import Request, parse_duration, parse_gpus
+
+DEFAULT_ONSET_S = 300.0
+ONSET_STAGGER_S = 600.0
+_S_FAULT = 101  # noise stream base for faults
+
+
+class Fault:
+    """Base class: a scenario's GPUs, active window and parameters."""
+
+    name: ClassVar[str] = ""
+    kind: ClassVar[str] = ""
+    scope: ClassVar[str] = "gpu"  # "gpu": one GPU by default; "node": all unclaimed GPUs
+    params_help: ClassVar[dict[str, str]] = {}
+
+    def __init__(self, gpus: tuple[int, ...], onset: float, end: float | None,
+                 params: dict[str, str], job: TrainingJob, where: str) -> None:
+        self.gpus = gpus
+        self.gpu_set = frozenset(gpus)
+        self.onset = onset
+        self.end = end
+        self.job = job
+        self.where = where
+        self.params: dict[str, Any] = {}
+        self.configure(params)
+
+    def configure(self, params: dict[str, str]) -> None:
+        """Read scenario parameters (already checked against ``params_help``)."""
+
+    def _num(self, params: dict[str, str], key: str, default: float, lo: float,
+             hi: float) -> float:
+        if key not in params:
+            return default
+        try:
+            v = float(params[key])
+        except ValueError:
+            v = float("nan")
+        if not lo <= v <= hi:
+            raise InputError(f"{self.where}: {key}={params[key]!r}: expected a number in "
+                             f"{lo:g}..{hi:g}")
+        return v
+
+    def starts(self) -> float:
+        """First time (s) the fault changes anything (before ``onset`` for a ramp)."""
+        return self.onset
+
+    def active(self, t: float) -> bool:
+        return self.starts() <= t and (self.end is None or t < self.end)
+
+    def apply(self, g: int, t: float, st: GpuState, tk: int) -> None:
+        """Edit ``st`` for GPU ``g`` at ``t`` (only called while active, for own GPUs)."""
+
+    def xids(self) -> list[tuple[float, int, int, str]]:
+        """XID events ``(t, gpu, code, message)`` this fault emits."""
+        return []
+
+    def truth_gpus(self) -> tuple[int, ...]:
+        """The GPUs a detector should name for this fault."""
+        return self.gpus
+
+    def record(self) -> dict[str, Any]:
+        """Ground truth (times relative to start; the source makes them absolute)."""
+        return {"kind": self.kind, "scenario": self.name, "gpus": self.truth_gpus(),
+                "onset": self.onset, "end": self.end, "params": dict(self.params)}
+
+    def u(self, g: int, tk: int) -> float:
+        return noise.unit(self.job.seed, _S_FAULT, g, tk)
+
+
+class CommHang(Fault):
+    name = kind = "comm_hang"
+    scope = "node"
+    params_help: ClassVar[dict[str, str]] = {"dead": "index of a rank that died (0 % util, "
+                                             "no process); the others hang"}
+
+    def configure(self, params: dict[str, str]) -> None:
+        self.dead: int | None = None
+        if "dead" in params:
+            d = parse_gpus(params["dead"], self.job.n, f"{self.where}: dead")
+            if len(d) != 1 or d[0] not in self.gpu_set:
+                raise InputError(f"{self.where}: dead={params['dead']!r}: expected one GPU "
+                                 f"among the hung ones ({_fmt(self.gpus)})")
+            self.dead = d[0]
+            self.params["dead"] = self.dead
+
+    def apply(self, g: int, t: float, st: GpuState, tk: int) -> None:
+        m = self.job.model
+        u = self.u(g, tk)
+        st.mem_util = st.tensor = 0.0
+        st.pcie_tx = st.pcie_rx = 1.0e4 + 2.0e4 * u
+        if g == self.dead:  # the rank's process died: idle GPU, memory freed
+            st.util = 0.0
+            st.power = self.job.idle_w[g] * (1.0 + 0.04 * u)
+            st.sm_mhz = m.idle_sm_mhz
+            st.reasons = R.GPU_IDLE
+            st.process = False
+            st.mem_used = 1.0
+            st.sm_act = st.sm_occ = st.dram = 0.0
+            return
+        st.util = 100.0
+        st.power = m.spin_w * (0.95 + 0.1 * u)
+        st.sm_mhz = m.max_sm_mhz
+        st.reasons = 0
+        st.sm_act, st.sm_occ, st.dram = 0.5 + 1.5 * u, 0.5 + 1.0 * u, 0.3 * u
+
+    def truth_gpus(self) -> tuple[int, ...]:
+        return tuple(g for g in self.gpus if g != self.dead)
+
+
+class Stall(Fault):
+    name = kind = "stall"
+    scope = "node"
+
+    def apply(self, g: int, t: float, st: GpuState, tk: int) -> None:
+        u = self.u(g, tk)
+        st.util = st.mem_util = st.sm_act = st.sm_occ = st.tensor = st.dram = 0.0
+        st.power = self.job.idle_w[g] * 1.05 + 8.0 * u
+        st.sm_mhz = self.job.model.idle_sm_mhz
+        st.reasons = R.GPU_IDLE
+        st.pcie_tx = st.pcie_rx = 5.0e3 * u
+
+
+class ThermalThrottle(Fault):
+    name = kind = "thermal_throttle"
+    params_help: ClassVar[dict[str, str]] = {
+        "cooling": "thermal-resistance multiplier after the cooling loss (2-5, default 4)"}
+
+    def configure(self, params: dict[str, str]) -> None:
+        # above 5 the one-step overshoot of the 1 s grid would pass the shutdown threshold
+        self.cooling = self._num(params, "cooling", 4.0, 2.0, 5.0)
+        self.params["cooling"] = self.cooling
+
+    def apply(self, g: int, t: float, st: GpuState, tk: int) -> None:
+        # The node's thermal model does the rest: a fast climb to the threshold, then
+        # the controller trades clocks and power for temperature (see node.py).
+        st.cooling = self.cooling
+        st.tau_s = 20.0  # the die heats fast once its heat is not carried away
+
+
+class HwSlowdown(Fault):
+    name = kind = "hw_slowdown"
+
+    def apply(self, g: int, t: float, st: GpuState, tk: int) -> None:
+        u = self.u(g, tk)
+        idle = self.job.idle_w[g]
+        st.sm_mhz = self.job.model.max_sm_mhz * (0.18 + 0.1 * u)
+        st.power = idle + max(0.0, st.power - idle) * 0.25
+        st.tensor *= 0.5
+        st.reasons = (st.reasons & (R.GPU_IDLE | R.SYNC_BOOST)) | R.HW_POWER_BRAKE | R.HW_SLOWDOWN
+
+
+class MemoryPressure(Fault):
+    name = kind = "memory_pressure"
+    params_help: ClassVar[dict[str, str]] = {
+        "ramp": "how long the leak grows before memory hits the limit (default 240s)"}
+
+    def configure(self, params: dict[str, str]) -> None:
+        self.ramp = (parse_duration(params["ramp"], f"{self.where}: ramp")
+                     if "ramp" in params else 240.0)
+        self.params["ramp"] = self.ramp
+
+    def starts(self) -> float:
+        return max(0.0, self.onset - self.ramp)
+
+    def apply(self, g: int, t: float, st: GpuState, tk: int) -> None:
+        total = self.job.model.memory_total_mib
+        if t >= self.onset:  # at the limit: the allocator has taken everything
+            st.mem_used = total - 40.0 - 60.0 * self.u(g, tk // 10)
+            return
+        # the leak grows towards 96 % of memory; the last allocation at the onset fills it
+        start = self.starts()
+        frac = (t - start) / (self.onset - start) if self.onset > start else 1.0
+        st.mem_used = st.mem_used + (0.96 * total - st.mem_used) * frac
+
+
+class GpuLost(Fault):
+    name = kind = "gpu_lost"
+
+    def apply(self, g: int, t: float, st: GpuState, tk: int) -> None:
+        st.lost = True
+
+    def xids(self) -> list[tuple[float, int, int, str]]:
+        return [(self.onset, g, 79, "GPU has fallen off the bus") for g in self.gpus]
+
+
+XID_MESSAGES = {
+    13: "Graphics Engine Exception", 31: "GPU memory page fault",
+    43: "GPU stopped processing", 45: "Preemptive cleanup, due to previous errors",
+    48: "Double Bit ECC Error", 61: "Internal micro-controller breakpoint/warning",
+    62: "Internal micro-controller halt", 63: "ECC page retirement or row remapping event",
+    64: "ECC page retirement or row remapper recording failure",
+    74: "NVLink Error", 79: "GPU has fallen off the bus", 92: "High single-bit ECC error rate",
+    94: "Contained ECC error", 95: "Uncontained ECC error", 119: "GSP RPC timeout",
+    120: "GSP error",
+}
+
+
+class Xid(Fault):
+    name = kind = "xid"
+    params_help: ClassVar[dict[str, str]] = {"code": "XID code (default 13; e.g. 48, 79, 94)"}
+
+    def configure(self, params: dict[str, str]) -> None:
+        self.code = int(self._num(params, "code", 13, 1, 999))
+        if "code" in params and not params["code"].isdigit():
+            raise InputError(f"{self.where}: code={params['code']!r}: expected an integer")
+        self.params["code"] = self.code
+        if self.end is None:
+            self.end = self.onset  # an event, not a state
+
+    def xids(self) -> list[tuple[float, int, int, str]]:
+        msg = XID_MESSAGES.get(self.code, "simulated XID")
+        return [(self.onset, g, self.code, msg) for g in self.gpus]
+
+
+class Ecc(Fault):
+    name = kind = "ecc"
+
+    def apply(self, g: int, t: float, st: GpuState, tk: int) -> None:
+        st.ecc_unc += 1
+        st.remap_pending = 1
+
+
+class PcieDegraded(Fault):
+    name = kind = "pcie_degraded"
+    params_help: ClassVar[dict[str, str]] = {
+        "width": "link width after the fault (default 8)",
+        "gen": "link generation after the fault (default: unchanged)",
+        "rate": "PCIe replays per minute while degraded (default 30)"}
+
+    def configure(self, params: dict[str, str]) -> None:
+        m = self.job.model
+        self.width = int(self._num(params, "width", 8, 1, m.pcie_max_width))
+        self.gen = int(self._num(params, "gen", m.pcie_max_gen, 1, m.pcie_max_gen))
+        self.rate = self._num(params, "rate", 30.0, 0.0, 1e6)
+        if self.width == m.pcie_max_width and self.gen == m.pcie_max_gen:
+            raise InputError(f"{self.where}: width={self.width} gen={self.gen} is the full "
+                             "link; give a lower width= or gen=")
+        self.params.update(width=self.width, gen=self.gen, rate=self.rate)
+
+    def apply(self, g: int, t: float, st: GpuState, tk: int) -> None:
+        st.pcie_width = self.width
+        st.pcie_gen = self.gen
+        st.replay_extra += int(self.rate * (t - self.onset) / 60.0)
+        st.pcie_tx *= 0.5
+        st.pcie_rx *= 0.5
+
+
+class Straggler(Fault):
+    name = kind = "straggler"
+    params_help: ClassVar[dict[str, str]] = {
+        "factor": "clock/throughput factor of the slow GPU (default 0.75)"}
+
+    def configure(self, params: dict[str, str]) -> None:
+        self.factor = self._num(params, "factor", 0.75, 0.1, 0.95)
+        self.params["factor"] = self.factor
+
+    def apply(self, g: int, t: float, st: GpuState, tk: int) -> None:
+        if st.util < 50.0:
+            return
+        f = self.factor
+        idle = self.job.idle_w[g]
+        st.sm_mhz *= f
+        st.power = idle + (st.power - idle) * f
+        st.util = round(st.util * (f + (1.0 - f) * 0.3 * self.u(g, tk)))
+        st.sm_act *= f
+        st.tensor *= f
+        st.reasons &= ~R.SW_POWER_CAP
+
+
+SCENARIOS: dict[str, type[Fault] | None] = {
+    "healthy": None,
+    **{c.name: c for c in (CommHang, Stall, ThermalThrottle, HwSlowdown, MemoryPressure,
+                           GpuLost, Xid, Ecc, PcieDegraded, Straggler)},
+}
+COMMON_PARAMS = {"gpus": "GPU list: 3, 0-3, 0+2, all", "for": "duration (default: until the end)"}
+
+
+def _fmt(gpus: tuple[int, ...]) -> str:
+    return "+".join(str(g) for g in gpus)
+
+
+def build(requests: list[Request], job: TrainingJob, spec: str) -> list[Fault]:
+    """Turn requests into faults, filling default onsets and GPUs (see module docstring)."""
+    n = job.n
+    wanted = [r for r in requests if r.name != "healthy"]
+    for r in requests:
+        if r.name not in SCENARIOS:
+            raise InputError(f"--source {spec!r}: unknown scenario {r.name!r} "
+                             f"(valid: {', '.join(SCENARIOS)})")
+        cls = SCENARIOS[r.name]
+        allowed = dict(COMMON_PARAMS, **(cls.params_help if cls else {}))
+        for k in r.params:
+            if k not in allowed or cls is None:
+                valid = ", ".join(allowed) if cls else "none"
+                raise InputError(f"--source {spec!r}: {r.text!r}: unknown parameter {k!r} "
+                                 f"(valid for {r.name}: {valid})")
+    where = {id(r): f"--source {spec!r}: {r.text!r}" for r in wanted}
+    gpus: dict[int, tuple[int, ...]] = {}
+    for r in wanted:
+        if "gpus" in r.params:
+            gpus[id(r)] = parse_gpus(r.params["gpus"], n, f"{where[id(r)]}: gpus")
+    claimed = {g for gs in gpus.values() for g in gs}
+    free = [g for g in range(n) if g not in claimed]
+    for r in wanted:  # single-GPU scenarios: highest free index first
+        cls = SCENARIOS[r.name]
+        if id(r) not in gpus and cls is not None and cls.scope == "gpu":
+            if not free:
+                raise InputError(f"{where[id(r)]}: no GPU left for it; give gpus=")
+            gpus[id(r)] = (free.pop(),)
+    node_reqs = [r for r in wanted if id(r) not in gpus]
+    for i, r in enumerate(node_reqs):  # node scenarios share what is left, in blocks
+        share = free[i * len(free) // len(node_reqs):(i + 1) * len(free) // len(node_reqs)]
+        if not share:
+            raise InputError(f"{where[id(r)]}: no GPU left for it; give gpus=")
+        gpus[id(r)] = tuple(share)
+    faults = []
+    for pos, r in enumerate(wanted):
+        cls = SCENARIOS[r.name]
+        assert cls is not None
+        onset = r.onset if r.onset is not None else DEFAULT_ONSET_S + ONSET_STAGGER_S * pos
+        end = None
+        if "for" in r.params:
+            end = onset + parse_duration(r.params["for"], f"{where[id(r)]}: for")
+        faults.append(cls(gpus[id(r)], onset, end, r.params, job, where[id(r)]))
+    return faults
