@@ -1,10 +1,357 @@
-"""Detector: feeds blocks of samples through signals, rules and alert states (skeleton)."""
+"""The Detector: samples in, incidents out, identically in block (replay) and tick (live) mode.
+
+Each block of samples goes: per-GPU arrays (out-of-order rows dropped) → derived signals
+and windows (:mod:`signals`, :mod:`windows`) → every rule's condition, vectorised
+(:mod:`evaluate`) → inhibition masks → alert states (:mod:`state`) → incidents
+(:mod:`grouping`). Time comes only from the data. See ``docs/rules.md``.
+"""
 
 from __future__ import annotations
 
+import math
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from watchdog import catalogue
+from watchdog.detect.evaluate import Evaluator, truth
+from watchdog.detect.grouping import make_incident, members, node_value
+from watchdog.detect.loader import Rule, RuleSet
+from watchdog.detect.signals import GpuBlock, GpuLearned
+from watchdog.detect.state import EntityState, Machine
+from watchdog.incident import Incident
+from watchdog.model import DeviceInfo, Sample, XidEvent
+
+NODE = "node"
+
+
+@dataclass(frozen=True)
+class DetectorConfig:
+    """Engine settings. ``max_gap`` (s): longest interval a sample's weight covers, and
+    how old a GPU's latest sample may be before node rules treat it as missing."""
+
+    max_gap: float = 30.0
+
+
+@dataclass
+class _Gpu:
+    index: int
+    uuid: str
+    device: DeviceInfo
+    last_ts: float = math.nan
+    learned: GpuLearned | None = None
+
 
 class Detector:
-    """See docs/rules.md; implementation in progress."""
+    """Runs a :class:`RuleSet` over samples of one host's GPUs. See ``docs/rules.md``."""
 
-    def __init__(self, rules, host, devices, config=None):  # type: ignore[no-untyped-def]
-        raise NotImplementedError
+    def __init__(self, rules: RuleSet | Sequence[Rule], host: str,
+                 devices: Sequence[DeviceInfo], config: DetectorConfig | None = None) -> None:
+        self.rules = rules if isinstance(rules, RuleSet) else RuleSet(list(rules))
+        self.host = host
+        self.config = config or DetectorConfig()
+        self._ev = Evaluator(self.config.max_gap)
+        self._gpus: dict[str, _Gpu] = {}
+        for d in devices:
+            self._add_gpu(d.uuid, d.index, d)
+        self._machines = {r.name: Machine(r.for_s, r.keep_firing_for, r.learned)
+                          for r in self.rules}
+        self._order = {r.name: i for i, r in enumerate(self.rules)}
+        self._incidents: list[Incident] = []
+        self._transitions: list[tuple[float, str, Incident]] = []
+        self._held: dict[str, np.ndarray] | None = None
+        self._xids: list[XidEvent] = []
+        self._last_tick = -math.inf
+        self.dropped_samples = 0
+
+    # --- public API -------------------------------------------------------------------
+    def feed_frame(self, frame: Any, xids: Iterable[XidEvent] = ()) -> None:
+        """A block of ticks (the replay frame contract; see the module docs of replay).
+
+        The rows of the frame's last timestamp are held back until later input arrives.
+        """
+        cols: dict[str, np.ndarray] = {
+            "ts": frame["ts"].to_numpy(dtype=np.float64),
+            "uuid": frame["uuid"].to_numpy(dtype=object),
+            "index": frame["index"].to_numpy(dtype=np.int64),
+            "lost": (frame["lost"].to_numpy(dtype=bool) if "lost" in frame.columns
+                     else np.zeros(len(frame), bool)),
+        }
+        for c in frame.columns:
+            if c in catalogue.BY_NAME:
+                cols[c] = frame[c].to_numpy(dtype=np.float64)
+        self._xids.extend(xids)
+        self._feed(cols, hold=True)
+
+    def feed_tick(self, ts: float, samples: Sequence[Sample]) -> None:
+        """One live reading of every GPU at time ``ts`` (s); XIDs ride on the samples."""
+        n = len(samples)
+        cols: dict[str, np.ndarray] = {
+            "ts": np.array([s.ts for s in samples], dtype=np.float64),
+            "uuid": np.array([s.uuid for s in samples], dtype=object),
+            "index": np.array([s.index for s in samples], dtype=np.int64),
+            "lost": np.array([s.lost for s in samples], dtype=bool),
+        }
+        names = {k for s in samples for k in s.values if k in catalogue.BY_NAME}
+        for name in names:
+            cols[name] = np.array([_f(s.values.get(name)) for s in samples], dtype=np.float64)
+        for s in samples:
+            self._xids.extend(s.xids)
+        if n == 0:
+            return
+        self._feed(cols, hold=False)
+
+    @property
+    def incidents(self) -> list[Incident]:
+        """Every incident that fired so far, by ``started_at``."""
+        return sorted(self._incidents, key=self._sort_key)
+
+    def drain(self) -> list[tuple[str, Incident]]:
+        """Transitions since the last drain, in time order: ("firing"|"resolved", inc)."""
+        out = sorted(self._transitions, key=lambda t: t[0])
+        self._transitions = []
+        return [(what, inc) for _, what, inc in out]
+
+    def finish(self) -> list[Incident]:
+        """End of input: process held rows; active incidents keep ``resolved_at=None``."""
+        self._flush()
+        return self.incidents
+
+    def learned_state(self) -> dict[str, dict[str, Any]]:
+        """Learned ``for:`` state per rule (JSON-ready), for persistence."""
+        return {n: m.learner.to_dict() for n, m in self._machines.items() if m.learner}
+
+    def load_learned_state(self, state: dict[str, dict[str, Any]]) -> None:
+        """Restore :meth:`learned_state` output (unknown rules are ignored)."""
+        for name, d in state.items():
+            m = self._machines.get(name)
+            if m is not None and m.learner is not None:
+                m.learner.load(d)
+
+    # --- input handling -----------------------------------------------------------------
+    def _sort_key(self, inc: Incident) -> tuple[float, float, int, int]:
+        return (inc.started_at, inc.fired_at or 0.0, self._order.get(inc.rule, 0),
+                int(inc.gpus[0]) if inc.gpus else -1)
+
+    def _add_gpu(self, uuid: str, index: int, device: DeviceInfo | None = None) -> _Gpu:
+        g = _Gpu(index, uuid, device or DeviceInfo(index=index, uuid=uuid))
+        g.learned = GpuLearned()
+        self._gpus[uuid] = g
+        self._gpus = dict(sorted(self._gpus.items(), key=lambda kv: (kv[1].index, kv[0])))
+        return g
+
+    def _feed(self, cols: dict[str, np.ndarray], hold: bool) -> None:
+        ts = cols["ts"]
+        # rows earlier than an earlier row (time going backwards) or at a tick already
+        # processed are dropped
+        base = self._last_tick
+        held_ts = self._held["ts"][0] if self._held is not None else -math.inf
+        prev = np.maximum.accumulate(np.concatenate(([max(base, held_ts)], ts)))[:-1]
+        ok = (ts >= prev) & (ts > base) & ~np.isnan(ts)
+        if not ok.all():
+            self.dropped_samples += int((~ok).sum())
+            cols = {k: v[ok] for k, v in cols.items()}
+            ts = cols["ts"]
+        if not len(ts):
+            return
+        if self._held is not None:
+            held_ts = self._held["ts"][0]
+            if ts[0] > held_ts:
+                self._flush()
+            else:  # same tick continues
+                cols = _concat(self._held, cols)
+                self._held = None
+                ts = cols["ts"]
+        if hold:
+            cut = int(np.searchsorted(ts, ts[-1], side="left"))
+            self._held = {k: v[cut:] for k, v in cols.items()}
+            cols = {k: v[:cut] for k, v in cols.items()}
+        if len(cols["ts"]):
+            self._process(cols)
+
+    def _flush(self) -> None:
+        if self._held is not None:
+            held, self._held = self._held, None
+            self._process(held)
+
+    # --- one block ----------------------------------------------------------------------
+    def _process(self, cols: dict[str, np.ndarray]) -> None:
+        import pandas as pd
+
+        self._last_tick = max(self._last_tick, float(cols["ts"][-1]))
+        codes, uniq = pd.factorize(cols["uuid"])
+        order = np.argsort(codes, kind="stable")
+        bounds = np.searchsorted(codes[order], np.arange(len(uniq) + 1))
+        blocks: dict[str, GpuBlock] = {}
+        metric_names = [k for k in cols if k in catalogue.BY_NAME]
+        for ci, uuid in enumerate(uniq):
+            rows = order[bounds[ci]:bounds[ci + 1]]
+            g = self._gpus.get(uuid) or self._add_gpu(uuid, int(cols["index"][rows[0]]))
+            blk = self._gpu_block(g, rows, cols, metric_names)
+            if blk is not None:
+                blocks[uuid] = blk
+        if not blocks:
+            return
+        ticks = np.unique(np.concatenate([b.ts for b in blocks.values()]))
+        gpus = list(self._gpus)
+        active: dict[str, Any] = {}
+        for rule in self.rules:
+            if rule.scope == "gpu":
+                active[rule.name] = self._run_gpu_rule(rule, blocks, active)
+            else:
+                active[rule.name] = self._run_node_rule(rule, ticks, gpus, blocks, active)
+
+    def _gpu_block(self, g: _Gpu, rows: np.ndarray, cols: dict[str, np.ndarray],
+                   metric_names: list[str]) -> GpuBlock | None:
+        ts = cols["ts"][rows]
+        prev = np.maximum.accumulate(np.concatenate(([g.last_ts], ts)))
+        keep = ~(ts <= prev[:-1])  # repeated or backwards for this GPU: dropped
+        if not keep.all():
+            self.dropped_samples += int((~keep).sum())
+            rows, ts = rows[keep], ts[keep]
+        if not len(ts):
+            return None
+        prev_ts = np.concatenate(([g.last_ts], ts[:-1]))
+        d = np.where(np.isnan(prev_ts), 0.0, np.minimum(ts - prev_ts, self.config.max_gap))
+        g.last_ts = float(ts[-1])
+        lost = cols["lost"][rows]
+        metrics = {}
+        for name in metric_names:
+            v = cols[name][rows]
+            metrics[name] = np.where(lost, np.nan, v) if lost.any() else v
+        xid, xid_count = self._assign_xids(g.uuid, ts)
+        assert g.learned is not None
+        return GpuBlock(g.uuid, g.device, ts, d, metrics, lost, xid, xid_count, g.learned)
+
+    def _assign_xids(self, uuid: str, ts: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """XID events go to the GPU's first sample at or after them; later ones wait."""
+        xid = np.full(len(ts), np.nan)
+        cnt = np.zeros(len(ts))
+        if not self._xids:
+            return xid, cnt
+        rest: list[XidEvent] = []
+        for ev in self._xids:
+            if ev.uuid != uuid:
+                rest.append(ev)
+                continue
+            i = int(np.searchsorted(ts, ev.ts, side="left"))
+            if i >= len(ts):
+                rest.append(ev)
+                continue
+            cnt[i] += 1
+            xid[i] = ev.code if np.isnan(xid[i]) else max(xid[i], ev.code)
+        self._xids = rest
+        return xid, cnt
+
+    # --- rules --------------------------------------------------------------------------
+    def _inhibit_mask(self, rule: Rule, uuid: str, times: np.ndarray,
+                      active: dict[str, Any]) -> np.ndarray:
+        mask = np.zeros(len(times), bool)
+        for inh in self.rules.inhibitors(rule):
+            got = active.get(inh.name)
+            if got is None:
+                continue
+            if inh.scope == "gpu":
+                mask |= _covered(got.get(uuid, []), times)
+            else:
+                intervals, ticks, condm, gpus = got
+                if uuid not in gpus:
+                    continue
+                ti = np.clip(np.searchsorted(ticks, times), 0, len(ticks) - 1)
+                mask |= _covered(intervals, times) & condm[ti, gpus.index(uuid)]
+        return mask
+
+    def _extra(self, rule: Rule, st: EntityState) -> dict[str, Any]:
+        extra: dict[str, Any] = {"for_s": st.for_used}
+        m = self._machines[rule.name]
+        if m.learner is not None:
+            extra["learned_longest_s"] = m.learner.longest
+            extra["learned_episodes"] = m.learner.episodes
+        if self.dropped_samples:
+            extra["dropped_samples"] = self.dropped_samples
+        return extra
+
+    def _fired(self, inc: Incident) -> Incident:
+        self._incidents.append(inc)
+        self._transitions.append((float(inc.fired_at or 0.0), "firing", inc))
+        return inc
+
+    def _resolve(self, t: float, st: EntityState) -> None:
+        inc: Incident = st.incident
+        inc.resolved_at = t
+        self._transitions.append((t, "resolved", inc))
+
+    def _run_gpu_rule(self, rule: Rule, blocks: dict[str, GpuBlock],
+                      active: dict[str, Any]) -> dict[str, list[tuple[float, float]]]:
+        ev = self._ev
+        inputs = []
+        evid: dict[str, dict[str, np.ndarray]] = {}
+        for uuid, g in blocks.items():
+            cond = truth(ev.sample(rule.condition, g))
+            if rule.inhibited_by:
+                cond &= ~self._inhibit_mask(rule, uuid, g.ts, active)
+            clr = truth(ev.sample(rule.clear, g)) if rule.clear is not None else ~cond
+            evid[uuid] = {k: ev.sample(n, g) for k, n in rule.evidence.items()}
+            inputs.append((uuid, g.ts, cond, clr))
+
+        def on_fire(uuid: str, i: int, st: EntityState) -> Incident:
+            g = blocks[uuid]
+            vals = {k: float(a[i]) for k, a in evid[uuid].items()}
+            return self._fired(make_incident(rule, self.host, [(self._gpus[uuid].index, uuid)],
+                                             st.since, float(g.ts[i]), vals,
+                                             self._extra(rule, st)))
+
+        return self._machines[rule.name].run(inputs, on_fire,
+                                             lambda _k, t, st: self._resolve(t, st))
+
+    def _run_node_rule(self, rule: Rule, ticks: np.ndarray, gpus: list[str],
+                       blocks: dict[str, GpuBlock], active: dict[str, Any]) -> tuple:
+        ev = self._ev
+        cache: dict[str, np.ndarray] = {}
+        condm = truth(ev.grid(rule.condition, ticks, gpus, blocks, cache))
+        if rule.inhibited_by:
+            for j, uuid in enumerate(gpus):
+                condm[:, j] &= ~self._inhibit_mask(rule, uuid, ticks, active)
+        cond = condm.any(axis=1)
+        if rule.clear is not None:
+            cm = truth(ev.grid(rule.clear, ticks, gpus, blocks, cache))
+            present = ev.present(ticks, gpus, blocks, cache)
+            clr = (cm | ~present).all(axis=1) & present.any(axis=1)
+        else:
+            clr = ~cond
+        evid = {k: ev.grid(n, ticks, gpus, blocks, cache) for k, n in rule.evidence.items()}
+
+        def on_fire(_key: str, i: int, st: EntityState) -> Incident:
+            row = condm[i]
+            vals = {k: node_value(a[i], row) for k, a in evid.items()}
+            who = [(self._gpus[u].index, u) for u in members(row, gpus)]
+            return self._fired(make_incident(rule, self.host, who, st.since, float(ticks[i]),
+                                             vals, self._extra(rule, st)))
+
+        out = self._machines[rule.name].run([(NODE, ticks, cond, clr)], on_fire,
+                                            lambda _k, t, st: self._resolve(t, st))
+        return (out[NODE], ticks, condm, gpus)
+
+
+def _covered(intervals: list[tuple[float, float]], times: np.ndarray) -> np.ndarray:
+    """True where ``times`` fall inside one of the ``[start, end)`` intervals."""
+    mask = np.zeros(len(times), bool)
+    for a, b in intervals:
+        mask |= (times >= a) & (times < b)
+    return mask
+
+
+def _concat(a: dict[str, np.ndarray], b: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+    out = {}
+    for k in a.keys() | b.keys():
+        n_a, n_b = len(a["ts"]), len(b["ts"])
+        va = a.get(k, np.full(n_a, np.nan))
+        vb = b.get(k, np.full(n_b, np.nan))
+        out[k] = np.concatenate((va, vb))
+    return out
+
+
+def _f(v: float | None) -> float:
+    return math.nan if v is None else float(v)

@@ -1,15 +1,380 @@
-"""YAML rule files -> validated Rule objects (skeleton)."""
+"""YAML rule files -> validated :class:`Rule` objects, with ``FILE:LINE`` errors.
+
+Files are composed with PyYAML into nodes (which carry line marks) and walked by hand, so
+every error names the file, the line and the offending key or token. The format is in
+``docs/rules.md``. Every problem raises :class:`watchdog.errors.InputError` (one line).
+"""
 
 from __future__ import annotations
 
+import re
+import string
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass, field
+from importlib import resources
+from pathlib import Path
+from typing import Any
 
+import yaml
+
+from watchdog.detect.lang import LangError, Node, compile_expr, max_window
+from watchdog.errors import InputError
+from watchdog.incident import KINDS, SEVERITIES
+from watchdog.units import parse_duration
+
+KEYS = ("name", "kind", "severity", "scope", "condition", "for", "clear", "keep_firing_for",
+        "inhibited_by", "evidence", "summary", "labels", "runbook")
+TEMPLATE_FIELDS = ("for_s", "gpus", "host", "rule", "kind", "n_gpus")
+_NAME = re.compile(r"^[a-z][a-z0-9_]*$")
+_LEARNED = re.compile(r"^learned\((.*)\)$", re.S)
+
+
+@dataclass(frozen=True)
+class Learned:
+    """``for: learned(default=…, min=…, margin=…)`` (seconds)."""
+
+    default: float
+    min: float
+    margin: float
+
+
+@dataclass(frozen=True)
 class Rule:
-    """One validated rule (in progress)."""
+    """One validated rule. Durations in seconds; expressions compiled to ASTs."""
+
+    name: str
+    kind: str
+    severity: str
+    scope: str
+    condition: Node
+    condition_src: str
+    for_s: float
+    learned: Learned | None = None
+    clear: Node | None = None
+    keep_firing_for: float = 0.0
+    inhibited_by: tuple[str, ...] = ()
+    evidence: dict[str, Node] = field(default_factory=dict)
+    summary: str = ""
+    labels: dict[str, str] = field(default_factory=dict)
+    runbook: str | None = None
+    file: str = "<memory>"
+    line: int = 0
+
+    @property
+    def where(self) -> str:
+        return f"{self.file}:{self.line}"
+
+    @property
+    def lookback(self) -> float:
+        """Longest window any of the rule's expressions uses (s)."""
+        nodes = [self.condition, *( [self.clear] if self.clear else []),
+                 *self.evidence.values()]
+        return max(max_window(n) for n in nodes)
 
 
-class RuleSet:
-    """The loaded rules (in progress)."""
+class RuleSet(Sequence[Rule]):
+    """Loaded rules in evaluation order: every rule after the rules that inhibit it."""
+
+    def __init__(self, rules: Sequence[Rule], sources: Sequence[str] = ()) -> None:
+        self.rules = _order(list(rules))
+        self.sources = tuple(sources)
+        self.by_name = {r.name: r for r in self.rules}
+
+    def __getitem__(self, i):  # type: ignore[no-untyped-def,override]
+        return self.rules[i]
+
+    def __len__(self) -> int:
+        return len(self.rules)
+
+    def __iter__(self) -> Iterator[Rule]:
+        return iter(self.rules)
+
+    def inhibitors(self, rule: Rule) -> list[Rule]:
+        """Rules that inhibit ``rule`` (named directly or by kind)."""
+        names = set(rule.inhibited_by)
+        return [r for r in self.rules
+                if r is not rule and (r.name in names or r.kind in names)]
 
 
-def load_rules(paths=None):  # type: ignore[no-untyped-def]
-    raise NotImplementedError
+def _order(rules: list[Rule]) -> list[Rule]:
+    """Topological order by ``inhibited_by``; a cycle is an InputError."""
+    names = {r.name for r in rules}
+    kinds: dict[str, list[str]] = {}
+    for r in rules:
+        kinds.setdefault(r.kind, []).append(r.name)
+    deps: dict[str, set[str]] = {}
+    for r in rules:
+        d: set[str] = set()
+        for ref in r.inhibited_by:
+            if ref in names:
+                d.add(ref)
+            elif ref in kinds:
+                d.update(n for n in kinds[ref] if n != r.name)
+            elif ref not in KINDS:
+                raise InputError(f"{r.where}: rule {r.name}: inhibited_by: unknown rule or "
+                                 f"kind {ref!r}")
+        deps[r.name] = d
+    out: list[Rule] = []
+    state: dict[str, int] = {}
+    by = {r.name: r for r in rules}
+
+    def visit(n: str, chain: list[str]) -> None:
+        if state.get(n) == 2:
+            return
+        if state.get(n) == 1:
+            cyc = " -> ".join([*chain[chain.index(n):], n])
+            raise InputError(f"{by[n].where}: rule {n}: inhibited_by cycle: {cyc}")
+        state[n] = 1
+        for m in sorted(deps[n]):
+            visit(m, [*chain, n])
+        state[n] = 2
+        out.append(by[n])
+
+    for r in rules:
+        visit(r.name, [])
+    return out
+
+
+# --- loading ----------------------------------------------------------------------------
+
+
+def default_rules_dir() -> Path:
+    """The shipped rules: package ``watchdog.default_rules``, else the repo's ``rules/``."""
+    try:
+        p = resources.files("watchdog.default_rules")
+        if p.is_dir():
+            return Path(str(p))
+    except (ModuleNotFoundError, TypeError):
+        pass
+    return Path(__file__).resolve().parents[2] / "rules"
+
+
+def rule_files(paths: Sequence[str | Path] | None) -> list[Path]:
+    """Expand files and folders (``*.yaml``/``*.yml``, not recursive) in a stable order."""
+    out: list[Path] = []
+    for p in [default_rules_dir()] if paths is None else paths:
+        path = Path(p)
+        if path.is_dir():
+            out.extend(sorted([*path.glob("*.yaml"), *path.glob("*.yml")]))
+        elif path.is_file():
+            out.append(path)
+        else:
+            raise InputError(f"{path}: no such rule file or folder")
+    return out
+
+
+def load_rules(paths: Sequence[str | Path] | None = None) -> RuleSet:
+    """Load and validate rules from files/folders; ``None`` = the shipped defaults."""
+    rules: list[Rule] = []
+    seen: dict[str, Rule] = {}
+    files = rule_files(paths)
+    for f in files:
+        for r in load_file(f):
+            if r.name in seen:
+                raise InputError(f"{r.where}: rule {r.name}: duplicate rule name (first "
+                                 f"defined at {seen[r.name].where})")
+            seen[r.name] = r
+            rules.append(r)
+    return RuleSet(rules, [str(f) for f in files])
+
+
+def load_file(path: str | Path) -> list[Rule]:
+    """Rules of one file (duplicates within the file are errors)."""
+    path = Path(path)
+    try:
+        text = path.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as e:
+        raise InputError(f"{path}: cannot read rule file: {e}") from None
+    return parse_rules_text(text, str(path))
+
+
+def parse_rules_text(text: str, file: str = "<memory>") -> list[Rule]:
+    """Rules from YAML text; ``file`` names it in errors."""
+    try:
+        root = yaml.compose(text, Loader=yaml.SafeLoader)
+    except yaml.YAMLError as e:
+        mark = getattr(e, "problem_mark", None)
+        line = f":{mark.line + 1}" if mark else ""
+        problem = getattr(e, "problem", None) or str(e).splitlines()[0]
+        raise InputError(f"{file}{line}: invalid YAML: {problem}") from None
+    if root is None:
+        raise InputError(f"{file}: no rules in file")
+    items = root
+    if isinstance(root, yaml.MappingNode):
+        top = {k.value: v for k, v in root.value}
+        if set(top) != {"rules"}:
+            bad = next(k for k, _ in root.value if k.value != "rules")
+            raise InputError(f"{file}:{_line(bad)}: unexpected top-level key {bad.value!r} "
+                             "(a rule file is a list of rules, or `rules:` holding one)")
+        items = top["rules"]
+    if not isinstance(items, yaml.SequenceNode) or not items.value:
+        raise InputError(f"{file}:{_line(items)}: expected a list of rules")
+    out: list[Rule] = []
+    names: dict[str, int] = {}
+    for item in items.value:
+        r = _rule(item, file)
+        if r.name in names:
+            raise InputError(f"{file}:{r.line}: rule {r.name}: duplicate rule name (first "
+                             f"defined at {file}:{names[r.name]})")
+        names[r.name] = r.line
+        out.append(r)
+    return out
+
+
+def _line(node: yaml.Node) -> int:
+    return node.start_mark.line + 1
+
+
+def _plain(node: yaml.Node) -> Any:
+    """A YAML node as plain Python (scalars stay strings)."""
+    if isinstance(node, yaml.ScalarNode):
+        return node.value
+    if isinstance(node, yaml.SequenceNode):
+        return [_plain(n) for n in node.value]
+    return {k.value: _plain(v) for k, v in node.value}
+
+
+def _rule(node: yaml.Node, file: str) -> Rule:
+    line = _line(node)
+    if not isinstance(node, yaml.MappingNode):
+        raise InputError(f"{file}:{line}: a rule must be a mapping of keys")
+    fields: dict[str, yaml.Node] = {}
+    for k, v in node.value:
+        fields[k.value] = v
+    name = fields["name"].value if isinstance(fields.get("name"), yaml.ScalarNode) else "?"
+    here = f"{file}:{line}: rule {name}"
+
+    def err(key: str, msg: str) -> InputError:
+        at = _line(fields[key]) if key in fields else line
+        return InputError(f"{file}:{at}: rule {name}: {msg}")
+
+    for k, _v in node.value:
+        if k.value not in KEYS:
+            raise InputError(f"{file}:{_line(k)}: rule {name}: unknown key {k.value!r} "
+                             f"(expected one of: {', '.join(KEYS)})")
+    for req in ("name", "kind", "severity", "condition"):
+        if req not in fields:
+            raise InputError(f"{here}: missing required key {req!r}")
+
+    def scalar(key: str, default: str | None = None) -> str | None:
+        if key not in fields:
+            return default
+        n = fields[key]
+        if not isinstance(n, yaml.ScalarNode):
+            raise err(key, f"{key}: expected a single value")
+        return n.value
+
+    if not _NAME.match(name):
+        raise err("name", f"name {name!r}: use lower-case letters, digits and _")
+    kind = scalar("kind")
+    if kind not in KINDS:
+        raise err("kind", f"kind {kind!r} is not one of: {', '.join(KINDS)}")
+    severity = scalar("severity")
+    if severity not in SEVERITIES:
+        raise err("severity", f"severity {severity!r} is not one of: {', '.join(SEVERITIES)}")
+    scope = scalar("scope", "gpu")
+    if scope not in ("gpu", "node"):
+        raise err("scope", f"scope {scope!r} is not gpu or node")
+
+    def expr(key: str, src: str | None = None) -> Node:
+        text = src if src is not None else scalar(key) or ""
+        try:
+            return compile_expr(str(text), scope or "gpu")
+        except LangError as e:
+            tok = f" at column {e.col}" if text else ""
+            raise err(key, f"{key}: {e}{tok} in {str(text).strip()!r}") from None
+
+    cond_src = str(scalar("condition"))
+    condition = expr("condition")
+    clear = expr("clear") if "clear" in fields else None
+    for_text = scalar("for", "0") or "0"
+    learned = None
+    m = _LEARNED.match(for_text.strip())
+    try:
+        if m:
+            learned = _parse_learned(m.group(1))
+            for_s = learned.default
+        else:
+            for_s = parse_duration(for_text, what="for")
+        keep = parse_duration(scalar("keep_firing_for", "0") or "0", what="keep_firing_for")
+    except InputError as e:
+        raise err("for" if "keep_firing_for" not in str(e) else "keep_firing_for",
+                  str(e)) from None
+
+    inhibited: list[str] = []
+    if "inhibited_by" in fields:
+        raw = _plain(fields["inhibited_by"])
+        inhibited = [raw] if isinstance(raw, str) else raw
+        if not isinstance(inhibited, list) or not all(isinstance(x, str) for x in inhibited):
+            raise err("inhibited_by", "inhibited_by: expected a list of rule names or kinds")
+    evidence: dict[str, Node] = {}
+    if "evidence" in fields:
+        ev = fields["evidence"]
+        if not isinstance(ev, yaml.MappingNode):
+            raise err("evidence", "evidence: expected a mapping of name: expression")
+        for k, v in ev.value:
+            if not _NAME.match(k.value) or k.value in TEMPLATE_FIELDS:
+                raise InputError(f"{file}:{_line(k)}: rule {name}: evidence name {k.value!r} "
+                                 "invalid or reserved")
+            if not isinstance(v, yaml.ScalarNode):
+                raise InputError(f"{file}:{_line(v)}: rule {name}: evidence {k.value}: "
+                                 "expected an expression")
+            try:
+                evidence[k.value] = compile_expr(v.value, scope)
+            except LangError as e:
+                raise InputError(f"{file}:{_line(v)}: rule {name}: evidence {k.value}: {e} "
+                                 f"at column {e.col} in {v.value!r}") from None
+    summary = scalar("summary", "") or ""
+    _check_template(summary, set(evidence), err)
+    labels = _plain(fields["labels"]) if "labels" in fields else {}
+    if not isinstance(labels, dict):
+        raise err("labels", "labels: expected a mapping")
+    runbook = scalar("runbook")
+    if runbook is not None and not re.match(r"^https?://\S+$", runbook):
+        raise err("runbook", f"runbook {runbook!r} is not an http(s) URL")
+    return Rule(name=name, kind=kind, severity=severity, scope=scope, condition=condition,
+                condition_src=cond_src, for_s=for_s, learned=learned, clear=clear,
+                keep_firing_for=keep, inhibited_by=tuple(inhibited), evidence=evidence,
+                summary=summary, labels={str(k): str(v) for k, v in labels.items()},
+                runbook=runbook, file=file, line=line)
+
+
+def _parse_learned(args: str) -> Learned:
+    vals: dict[str, float] = {}
+    for part in args.split(","):
+        if not part.strip():
+            continue
+        if "=" not in part:
+            raise InputError(f"for: learned({args}): expected key=duration pairs")
+        k, v = (s.strip() for s in part.split("=", 1))
+        if k not in ("default", "min", "margin"):
+            raise InputError(f"for: learned(): unknown parameter {k!r} "
+                             "(expected default, min, margin)")
+        vals[k] = parse_duration(v, what=f"for: learned({k}=)")
+    if "default" not in vals:
+        raise InputError("for: learned(): default= is required")
+    return Learned(vals["default"], vals.get("min", 0.0), vals.get("margin", 0.0))
+
+
+def _check_template(summary: str, evidence: set[str], err: Any) -> None:
+    """Only plain names from evidence and TEMPLATE_FIELDS; the format must work."""
+    allowed = evidence | set(TEMPLATE_FIELDS)
+    try:
+        parsed = list(string.Formatter().parse(summary))
+    except ValueError as e:
+        raise err("summary", f"summary: {e}") from None
+    dummy: dict[str, Any] = {}
+    for _, fname, _spec, _conv in parsed:
+        if fname is None:
+            continue
+        if not fname.isidentifier():
+            raise err("summary", f"summary: field {{{fname}}}: only plain names are allowed")
+        if fname not in allowed:
+            raise err("summary", f"summary: unknown field {{{fname}}} (evidence names and "
+                                 f"{', '.join(TEMPLATE_FIELDS)})")
+    for f in allowed:
+        dummy[f] = "x" if f in ("gpus", "host", "rule", "kind") else 1.0
+    try:
+        summary.format_map(dummy)
+    except (ValueError, TypeError, KeyError, IndexError) as e:
+        raise err("summary", f"summary: {e}") from None

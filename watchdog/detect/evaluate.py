@@ -1,0 +1,186 @@
+"""Vectorised evaluation of condition ASTs: per GPU over its samples, or on the node grid.
+
+*Sample space*: an expression without node functions is evaluated over one GPU's new
+samples (:class:`~watchdog.detect.signals.GpuBlock`); window functions keep their state in
+:class:`~watchdog.detect.windows.Window` objects shared by every rule using the same
+window (keyed by the window's canonical text), so each is updated once per block.
+
+*Grid space* (node rules): a ``ticks × GPUs`` matrix. Each maximal per-GPU subtree is
+evaluated in sample space and mapped onto the ticks "as of" (the GPU's latest sample at
+or before the tick, missing once older than ``max_gap``); node functions reduce across
+GPUs and broadcast back. Values are float64; booleans are 1.0/0.0; NaN is missing.
+"""
+
+from __future__ import annotations
+
+import warnings
+
+import numpy as np
+
+from watchdog.detect.lang import NODE_FUNCS, Binary, Call, In, Name, Node, Num, Unary
+from watchdog.detect.lang import has_node_func as _has_node_func
+from watchdog.detect.signals import GpuBlock
+from watchdog.detect.windows import Window
+
+NAN = np.nan
+PRESENT_KEY = "__present__"
+
+
+def truth(x: np.ndarray) -> np.ndarray:
+    """Boolean view of values: NaN and 0 are false."""
+    return (x != 0) & ~np.isnan(x)
+
+
+def _apply(node: Node, args: list[np.ndarray]) -> np.ndarray:
+    """Element-wise operators and plain functions (shape-agnostic)."""
+    with np.errstate(invalid="ignore", divide="ignore", over="ignore"):
+        if isinstance(node, Unary):
+            (a,) = args
+            return (~truth(a)).astype(np.float64) if node.op == "not" else -a
+        if isinstance(node, In):
+            (a,) = args
+            return np.isin(a, np.array(node.values)).astype(np.float64)
+        if isinstance(node, Binary):
+            a, b = args
+            op = node.op
+            if op == "and":
+                return (truth(a) & truth(b)).astype(np.float64)
+            if op == "or":
+                return (truth(a) | truth(b)).astype(np.float64)
+            if op in ("<", "<=", ">", ">=", "==", "!="):
+                fn = {"<": np.less, "<=": np.less_equal, ">": np.greater,
+                      ">=": np.greater_equal, "==": np.equal, "!=": np.not_equal}[op]
+                both = ~np.isnan(a) & ~np.isnan(b)
+                return (fn(a, b) & both).astype(np.float64)
+            if op == "+":
+                return a + b
+            if op == "-":
+                return a - b
+            if op == "*":
+                return a * b
+            if op == "/":
+                return np.where(b != 0, a / np.where(b != 0, b, 1.0), NAN)
+        if isinstance(node, Call):
+            if node.fn == "present":
+                return (~np.isnan(args[0])).astype(np.float64)
+            if node.fn == "abs":
+                return np.abs(args[0])
+            if node.fn == "coalesce":
+                out = args[0]
+                for a in args[1:]:
+                    out = np.where(np.isnan(out), a, out)
+                return out
+    raise AssertionError(f"cannot apply {node!r}")  # pragma: no cover
+
+
+class Evaluator:
+    """Evaluates ASTs; owns the shared window state and the node grid's as-of state."""
+
+    def __init__(self, max_gap: float) -> None:
+        self.max_gap = max_gap
+        self.windows: dict[str, Window] = {}
+        self._asof: dict[tuple[str, str], tuple[float, float]] = {}
+
+    # --- sample space -------------------------------------------------------------------
+    def sample(self, node: Node, g: GpuBlock) -> np.ndarray:
+        """Value of a node-function-free ``node`` at each new sample of ``g``."""
+        key = "§" + node.key
+        got = g.cache.get(key)
+        if got is not None:
+            return got
+        if isinstance(node, Num):
+            got = np.full(len(g), node.value)
+        elif isinstance(node, Name):
+            got = g.value(node.name)
+        elif isinstance(node, Call) and node.window is not None:
+            arg = self.sample(node.args[0], g)
+            win = self.windows.get(node.key)
+            if win is None:
+                win = self.windows[node.key] = Window(node.fn, node.window)
+            got = win.update(g.uuid, g.ts, g.d, arg)
+        else:
+            got = _apply(node, [self.sample(c, g) for c in _kids(node)])
+        g.cache[key] = got
+        return got
+
+    # --- grid space ---------------------------------------------------------------------
+    def grid(self, node: Node, ticks: np.ndarray, gpus: list[str],
+             blocks: dict[str, GpuBlock], cache: dict[str, np.ndarray]) -> np.ndarray:
+        """``len(ticks) × len(gpus)`` matrix of ``node`` (may contain node functions)."""
+        got = cache.get(node.key)
+        if got is not None:
+            return got
+        if not _has_node_func(node):
+            got = self._map(node, node.key, ticks, gpus, blocks)
+        elif isinstance(node, Call) and node.fn in NODE_FUNCS:
+            arg = self.grid(node.args[0], ticks, gpus, blocks, cache)
+            present = self.present(ticks, gpus, blocks, cache)
+            got = _reduce(node.fn, arg, present)
+        else:
+            got = _apply(node, [self.grid(c, ticks, gpus, blocks, cache) for c in _kids(node)])
+        cache[node.key] = got
+        return got
+
+    def present(self, ticks: np.ndarray, gpus: list[str], blocks: dict[str, GpuBlock],
+                cache: dict[str, np.ndarray]) -> np.ndarray:
+        """Boolean matrix: the GPU has a sample no older than ``max_gap`` at the tick."""
+        got = cache.get(PRESENT_KEY)
+        if got is None:
+            got = ~np.isnan(self._map(None, PRESENT_KEY, ticks, gpus, blocks))
+            cache[PRESENT_KEY] = got
+        return got
+
+    def _map(self, node: Node | None, key: str, ticks: np.ndarray, gpus: list[str],
+             blocks: dict[str, GpuBlock]) -> np.ndarray:
+        out = np.full((len(ticks), len(gpus)), NAN)
+        for j, uuid in enumerate(gpus):
+            last_ts, last_v = self._asof.get((key, uuid), (NAN, NAN))
+            g = blocks.get(uuid)
+            if g is not None and len(g):
+                vals = np.ones(len(g)) if node is None else self.sample(node, g)
+                idx = np.searchsorted(g.ts, ticks, side="right") - 1
+                have = idx >= 0
+                idx_c = np.where(have, idx, 0)
+                v = np.where(have, vals[idx_c], last_v)
+                st = np.where(have, g.ts[idx_c], last_ts)
+                self._asof[(key, uuid)] = (float(g.ts[-1]), float(vals[-1]))
+            else:
+                v = np.full(len(ticks), last_v)
+                st = np.full(len(ticks), last_ts)
+            with np.errstate(invalid="ignore"):
+                fresh = (ticks - st) <= self.max_gap
+            out[:, j] = np.where(fresh, v, NAN)
+        return out
+
+
+def _kids(node: Node) -> list[Node]:
+    if isinstance(node, Unary | In):
+        return [node.arg]
+    if isinstance(node, Binary):
+        return [node.left, node.right]
+    if isinstance(node, Call):
+        return list(node.args)
+    return []
+
+
+def _reduce(fn: str, m: np.ndarray, present: np.ndarray) -> np.ndarray:
+    """A node function over the GPU axis, broadcast back to every GPU."""
+    n_present = present.sum(axis=1)
+    if fn in ("count", "frac_gpus", "any_gpu", "all_gpus"):
+        c = (truth(m) & present).sum(axis=1).astype(np.float64)
+        if fn == "count":
+            r = c
+        elif fn == "frac_gpus":
+            r = np.where(n_present > 0, 100.0 * c / np.maximum(n_present, 1), NAN)
+        elif fn == "any_gpu":
+            r = (c > 0).astype(np.float64)
+        else:
+            r = ((c == n_present) & (n_present > 0)).astype(np.float64)
+    else:
+        vals = np.where(present, m, NAN)
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", RuntimeWarning)
+            r = {"peer_median": np.nanmedian, "peer_mean": np.nanmean,
+                 "peer_min": np.nanmin, "peer_max": np.nanmax}[fn](vals, axis=1) \
+                if vals.shape[1] else np.full(len(vals), NAN)
+    return np.repeat(r[:, None], m.shape[1], axis=1)

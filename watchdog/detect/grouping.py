@@ -1,0 +1,55 @@
+"""Building incidents: which GPUs an incident lists, its evidence and its summary.
+
+A ``node`` rule produces one incident for the node listing every GPU on which its
+per-GPU condition held at the firing tick (a whole job hung is one incident, not N);
+per-GPU evidence of a node rule is reported as the mean over those GPUs.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import numpy as np
+
+from watchdog.detect.loader import Rule
+from watchdog.incident import Incident
+
+
+def members(row: np.ndarray, gpus: list[str]) -> list[str]:
+    """UUIDs whose column in the boolean ``row`` is true (in the order of ``gpus``)."""
+    return [u for u, on in zip(gpus, row, strict=True) if on]
+
+
+def node_value(row: np.ndarray, mask: np.ndarray) -> float:
+    """Mean of ``row`` over the member GPUs (``mask``), ignoring missing values."""
+    vals = row[mask] if mask.any() else row
+    vals = vals[~np.isnan(vals)]
+    return float(vals.mean()) if len(vals) else math.nan
+
+
+def make_incident(rule: Rule, host: str, gpus: list[tuple[int, str]], started_at: float,
+                  fired_at: float, values: dict[str, float], extra: dict[str, Any]) -> Incident:
+    """An Incident for ``rule`` with its summary rendered from ``values`` and ``extra``.
+
+    ``gpus`` are ``(index, uuid)`` pairs, reported sorted by index.
+    """
+    gpus = sorted(gpus)
+    evidence: dict[str, Any] = {k: _num(v) for k, v in values.items()}
+    evidence.update(extra)
+    fields: dict[str, Any] = {**{k: float(v) for k, v in values.items()},
+                              "for_s": float(extra.get("for_s", 0.0)),
+                              "gpus": ",".join(str(i) for i, _ in gpus), "host": host,
+                              "rule": rule.name, "kind": rule.kind, "n_gpus": len(gpus)}
+    summary = rule.summary.format_map(fields) if rule.summary else (
+        f"{rule.name} on GPU {fields['gpus']}")
+    return Incident(kind=rule.kind, severity=rule.severity, host=host,
+                    gpus=[str(i) for i, _ in gpus], uuids=[u for _, u in gpus],
+                    started_at=started_at, fired_at=fired_at, resolved_at=None,
+                    rule=rule.name, summary=summary, evidence=evidence,
+                    labels=dict(rule.labels))
+
+
+def _num(v: float) -> float | None:
+    v = float(v)
+    return None if math.isnan(v) else v

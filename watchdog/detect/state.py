@@ -1,0 +1,186 @@
+"""Prometheus-style alert states and learned ``for:`` durations.
+
+For each rule and entity (a GPU, or the node for ``scope: node`` rules) the state goes
+``inactive → pending`` (condition true) ``→ firing`` (held for ``for``) ``→ inactive``
+(resolved: the clear test held for ``keep_firing_for``); a pending whose condition turns
+false is forgotten and, for a learned ``for``, its duration is recorded.
+
+A block is processed with one Python step per state transition (never per sample): the
+next transition of each entity is found with ``searchsorted`` over the indices where the
+condition / clear test is true or false. Entities are advanced in global time order
+(ties: forget, resolve, fire, start; then entity order), because a learned ``for`` read
+at one GPU's pending start depends on episodes other GPUs finished earlier. This makes
+the result independent of how the samples are split into blocks.
+"""
+
+from __future__ import annotations
+
+import heapq
+import math
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from watchdog.detect.loader import Learned
+
+INF = math.inf
+_PRIO = {"forget": 0, "resolve": 1, "fire": 2, "start": 3}
+
+
+@dataclass
+class Learner:
+    """Longest legitimate episode of a rule's condition on this node (s)."""
+
+    spec: Learned
+    longest: float | None = None
+    episodes: int = 0
+
+    def effective(self) -> float:
+        """The ``for`` to use now: ``max(min, longest + margin)``, or the default."""
+        if self.longest is None:
+            return self.spec.default
+        return max(self.spec.min, self.longest + self.spec.margin)
+
+    def record(self, duration: float) -> None:
+        self.episodes += 1
+        if self.longest is None or duration > self.longest:
+            self.longest = duration
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"longest_s": self.longest, "episodes": self.episodes}
+
+    def load(self, d: dict[str, Any]) -> None:
+        lo = d.get("longest_s")
+        self.longest = None if lo is None else float(lo)
+        self.episodes = int(d.get("episodes", 0))
+
+
+@dataclass
+class EntityState:
+    """Where one entity is in the state machine, carried across blocks."""
+
+    phase: str = "inactive"  # inactive | pending | firing
+    since: float = math.nan  # pending start (s)
+    for_used: float = 0.0
+    clear_since: float | None = None
+    incident: Any = None
+
+
+@dataclass
+class _Cursor:
+    key: str
+    ts: np.ndarray
+    cond: np.ndarray
+    clr: np.ndarray
+    st: EntityState
+    i: int = 0
+    true_idx: np.ndarray = field(default_factory=lambda: np.empty(0, np.int64))
+    false_idx: np.ndarray = field(default_factory=lambda: np.empty(0, np.int64))
+    clr_true: np.ndarray = field(default_factory=lambda: np.empty(0, np.int64))
+    clr_false: np.ndarray = field(default_factory=lambda: np.empty(0, np.int64))
+
+
+def _next(idx: np.ndarray, i: int, n: int) -> int:
+    """First element of sorted ``idx`` that is >= i, else n."""
+    p = int(np.searchsorted(idx, i))
+    return int(idx[p]) if p < len(idx) else n
+
+
+FireFn = Callable[[str, int, EntityState], Any]
+ResolveFn = Callable[[str, float, EntityState], None]
+
+
+class Machine:
+    """The alert states of one rule over all its entities."""
+
+    def __init__(self, for_s: float, keep_firing_for: float, learned: Learned | None) -> None:
+        self.for_s = for_s
+        self.keep = keep_firing_for
+        self.learner = Learner(learned) if learned else None
+        self.states: dict[str, EntityState] = {}
+
+    def run(self, inputs: list[tuple[str, np.ndarray, np.ndarray, np.ndarray]],
+            on_fire: FireFn, on_resolve: ResolveFn) -> dict[str, list[tuple[float, float]]]:
+        """Advance every entity through its block ``(key, ts, cond, clear_test)``.
+
+        ``on_fire(key, index, state)`` returns the new incident; ``on_resolve(key, t, state)``
+        closes it. Returns each entity's active (pending or firing) intervals
+        ``[start, end)`` touching this block, ``end = inf`` while still open.
+        """
+        intervals: dict[str, list[tuple[float, float]]] = {}
+        heap: list[tuple[float, int, int, str, int]] = []
+        cursors: list[_Cursor] = []
+        for order, (key, ts, cond, clr) in enumerate(inputs):
+            st = self.states.setdefault(key, EntityState())
+            c = _Cursor(key, ts, cond, clr, st,
+                        true_idx=np.flatnonzero(cond), false_idx=np.flatnonzero(~cond),
+                        clr_true=np.flatnonzero(clr), clr_false=np.flatnonzero(~clr))
+            cursors.append(c)
+            intervals[key] = []
+            self._push(heap, c, order)
+        while heap:
+            _, _, order, what, idx = heapq.heappop(heap)
+            c = cursors[order]
+            st, ts = c.st, c.ts
+            t = float(ts[idx])
+            if what == "start":
+                st.phase, st.since = "pending", t
+                st.for_used = self.learner.effective() if self.learner else self.for_s
+                c.i = idx
+            elif what == "fire":
+                st.phase, st.clear_since = "firing", None
+                st.incident = on_fire(c.key, idx, st)
+                c.i = idx + 1
+            elif what == "forget":
+                if self.learner:
+                    self.learner.record(t - st.since)
+                intervals[c.key].append((st.since, t))
+                st.phase, st.since = "inactive", math.nan
+                c.i = idx
+            else:  # resolve
+                on_resolve(c.key, t, st)
+                intervals[c.key].append((st.since, t))
+                st.phase, st.since, st.incident, st.clear_since = "inactive", math.nan, None, None
+                c.i = idx + 1
+            self._push(heap, c, order)
+        for c in cursors:
+            if c.st.phase != "inactive":
+                intervals[c.key].append((c.st.since, INF))
+        return intervals
+
+    def _push(self, heap: list, c: _Cursor, order: int) -> None:  # type: ignore[type-arg]
+        ev = self._peek(c)
+        if ev is not None:
+            what, idx = ev
+            heapq.heappush(heap, (float(c.ts[idx]), _PRIO[what], order, what, idx))
+
+    def _peek(self, c: _Cursor) -> tuple[str, int] | None:
+        """The entity's next transition in this block, or None."""
+        n = len(c.ts)
+        st = c.st
+        while c.i < n:
+            if st.phase == "inactive":
+                j = _next(c.true_idx, c.i, n)
+                return ("start", j) if j < n else None
+            if st.phase == "pending":
+                k = _next(c.false_idx, c.i, n)
+                f = max(c.i, int(np.searchsorted(c.ts, st.since + st.for_used, side="left")))
+                if f < k and f < n:
+                    return ("fire", f)
+                return ("forget", k) if k < n else None
+            # firing: the clear test must hold continuously for keep_firing_for
+            if st.clear_since is None:
+                m = _next(c.clr_true, c.i, n)
+                if m >= n:
+                    return None
+                st.clear_since, c.i = float(c.ts[m]), m
+            q = _next(c.clr_false, c.i, n)
+            r = max(c.i, int(np.searchsorted(c.ts, st.clear_since + self.keep, side="left")))
+            if r < q and r < n:
+                return ("resolve", r)
+            if q >= n:
+                return None
+            st.clear_since, c.i = None, q
+        return None
