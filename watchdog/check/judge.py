@@ -98,7 +98,8 @@ _HW_BITS = reasons.HW_SLOWDOWN | reasons.HW_THERMAL | reasons.HW_POWER_BRAKE
 _HANG_FORBIDDEN_BITS = (reasons.GPU_IDLE | reasons.APPLICATIONS_CLOCKS | reasons.SW_POWER_CAP
                         | reasons.THERMAL | reasons.HARDWARE)
 
-_TIMEOUT_WORDS = ("timed out", "timeout", "deadline")
+_TIMEOUT_WORDS = ("timed out", "timeout", "deadline", "did not return within", "wedged",
+                  "still outstanding")
 
 
 @dataclass(frozen=True, slots=True)

@@ -27,8 +27,12 @@ HEALTHY_AT_S = 600.0
 """Default judged moment (s after start) of a simulated node without faults: past job
 start-up, a few steps and the first checkpoint pause."""
 
-SHOW_MARGIN_S = 30.0
-"""Added to the default ``--at``: time for a fault to be unmistakable in the readings."""
+SHOW_S = 30.0
+"""Time (s) after a fault's onset for it to be unmistakable in the readings (temperature
+climbing to the slowdown point, memory at the limit for the whole burst)."""
+
+EVENT_SHOW_S = 1.0
+"""For an XID (an event, not a state) the burst must contain the event itself."""
 
 WARMUP_STEP_S = 1.0
 """Step (s) at which a simulated node is advanced before the burst (its readings are
@@ -36,29 +40,23 @@ discarded): the simulator keeps state (temperatures, counters) that needs a hist
 
 
 def default_at(source: Any) -> float:
-    """Seconds after a simulated node's start at which its injected faults are showing.
+    """Seconds after a simulated node's start at which its last injected fault shows.
 
-    Reads ``source.ground_truth()`` (a list of faults, each with an ``onset`` in seconds
-    after start and optionally a ``show`` time); :data:`HEALTHY_AT_S` when there is none.
+    From ``source.ground_truth()`` (faults with ``kind``, ``onset`` and ``end`` in POSIX
+    seconds): the last fault's onset plus :data:`SHOW_S` (:data:`EVENT_SHOW_S` for an XID),
+    but no later than the fault's end, so a fault with ``for=`` is judged while active.
+    :data:`HEALTHY_AT_S` when nothing is injected.
     """
     truth = getattr(source, "ground_truth", None)
-    faults = list(truth()) if callable(truth) else []
-    ends = []
-    for f in faults:
-        onset = _field(f, "onset", "onset_s", "start")
-        if onset is None:
-            continue
-        show = _field(f, "show", "show_s", "time_to_show") or 0.0
-        ends.append(onset + show + SHOW_MARGIN_S)
-    return max(ends) if ends else HEALTHY_AT_S
-
-
-def _field(obj: Any, *names: str) -> float | None:
-    for n in names:
-        v = obj.get(n) if isinstance(obj, dict) else getattr(obj, n, None)
-        if v is not None:
-            return float(v)
-    return None
+    start = float(getattr(source, "start", 0.0))
+    ats = []
+    for f in (truth() if callable(truth) else []):
+        onset = float(f.onset) - start
+        at = onset + (EVENT_SHOW_S if f.kind == "xid" else SHOW_S)
+        if f.end is not None and f.end > f.onset:
+            at = min(at, float(f.end) - start)
+        ats.append(at)
+    return max(ats) if ats else HEALTHY_AT_S
 
 
 def probe(args: argparse.Namespace, clock: Clock | None = None) -> Verdict:

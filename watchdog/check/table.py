@@ -65,9 +65,17 @@ def status_line(v: Verdict) -> str:
     if not v.problems:
         return f"WATCHDOG OK - {len(v.gpus)} GPUs healthy"
     ordered = sorted(v.problems, key=lambda p: -RANK[p.severity])
-    more = len(ordered) - 1
+    top = ordered[0]
+    # The same finding on several GPUs (a whole job hung) is one statement, not N.
+    same = [p for p in ordered if p.gpu is not None and (p.check, p.severity)
+            == (top.check, top.severity) and p.message.split(":")[0]
+            == top.message.split(":")[0]]
+    head = _problem_line(top)
+    if top.gpu is not None and len(same) > 1:
+        head = f"GPUs {','.join(str(p.gpu) for p in same)}: {top.message}"
+    more = len(ordered) - max(1, len(same) if top.gpu is not None else 1)
     tail = f"; {more} more problem{'s' if more > 1 else ''}" if more else ""
-    return f"WATCHDOG {v.status.name} - {_problem_line(ordered[0])}{tail}"
+    return f"WATCHDOG {v.status.name} - {head}{tail}"
 
 
 def header_line(v: Verdict) -> str:
