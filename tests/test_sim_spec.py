@@ -68,7 +68,7 @@ def test_unknown_scenario_error_lists_every_valid_one():
 
 
 def test_unknown_model_lists_valid_models():
-    with pytest.raises(InputError, match="a100-pcie.*h100-sxm"):
+    with pytest.raises(InputError, match=r"a100-pcie.*h100-sxm"):
         SimSource.from_spec("sim", model="v100", start=START)
 
 
