@@ -27,6 +27,7 @@ from watchdog.sources.nvml.errors import (
     OnceLog,
     code_of,
 )
+from watchdog.sources.nvml.gpm import METRICS as GPM_METRICS
 from watchdog.sources.nvml.gpm import GpmState
 from watchdog.sources.nvml.procs import describe
 
@@ -140,6 +141,8 @@ class DeviceReader:
             "pcie.rx_throughput", "nvmlDeviceGetPcieThroughput", nv.NVML_PCIE_UTIL_RX_BYTES), 1.0)
         if self.gpm is not None:
             v.update(self.gpm.read(self))
+        else:  # every catalogue metric is present; missing ones are None
+            v.update({name: None for _, name in GPM_METRICS})
         return v, self._processes()
 
     def _memory(self, v: dict[str, float | None]) -> None:

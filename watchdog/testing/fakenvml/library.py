@@ -36,7 +36,7 @@ NOT_SUPPORTED = 3
 GPU_IS_LOST = 15
 
 _NO_DEVICE_ARG = frozenset({"nvmlDeviceGetCount_v2", "nvmlDeviceGetHandleByIndex_v2"})
-_PRE_INIT = frozenset({"nvmlInitWithFlags", "nvmlInit_v2", "nvmlErrorString"})
+_PRE_INIT = frozenset({"nvmlInitWithFlags", "nvmlErrorString"})
 
 
 class Status(Exception):
@@ -87,9 +87,6 @@ class _Impl(DeviceFns, EventFns):
             self.initialized += 1
             self.init_flags.append(cf.as_int(flags))
         return SUCCESS
-
-    def nvmlInit_v2(self) -> int:
-        return self.nvmlInitWithFlags(0)
 
     def nvmlShutdown(self) -> int:
         with self.lock:

@@ -1,0 +1,249 @@
+"""NvmlSource against the fake NVML (real nvidia-ml-py code paths, fake C library)."""
+
+from __future__ import annotations
+
+import logging
+import subprocess
+import sys
+
+import pytest
+
+from watchdog.errors import SourceUnavailable
+from watchdog.sources.base import LiveSource
+from watchdog.sources.nvml import NvmlSource
+from watchdog.testing import fakenvml
+
+
+@pytest.fixture
+def fake(clock, request):
+    """Install the scenario named by ``@pytest.mark.parametrize('fake', [...], indirect=True)``."""
+    f = fakenvml.install(getattr(request, "param", "healthy"), time_fn=clock.now)
+    yield f
+    fakenvml.uninstall()
+
+
+@pytest.fixture
+def source(fake, tmp_path):
+    s = NvmlSource(host="node1", kmsg_path=str(tmp_path / "no-kmsg"))
+    yield s
+    s.close()
+
+
+def test_is_a_live_source(source):
+    assert isinstance(source, LiveSource)
+    assert source.host == "node1"
+
+
+def test_inventory_of_h100_node(source):
+    devs = source.devices()
+    assert [d.index for d in devs] == list(range(8))
+    d = devs[2]
+    assert d.uuid.startswith("GPU-4f1c0002")
+    assert d.name == "NVIDIA H100 80GB HBM3"
+    assert d.pci_bus_id == "00000000:3A:00.0"
+    assert (d.driver_version, d.cuda_version) == ("550.90.07", "12.4")
+    assert (d.power_limit_enforced_w, d.power_limit_default_w) == (700.0, 700.0)
+    assert (d.power_limit_min_w, d.power_limit_max_w) == (200.0, 700.0)
+    assert (d.clocks_max_sm_mhz, d.clocks_max_mem_mhz) == (1980.0, 2619.0)
+    assert d.memory_total_mib == 81559.0
+    assert (d.temp_slowdown_c, d.temp_shutdown_c, d.temp_max_operating_c) == (87, 92, 85)
+    assert (d.mig_mode, d.pcie_max_gen, d.pcie_max_width, d.gpm_supported) == (
+        False, 5, 16, True)
+    assert d.serial and d.vbios_version
+
+
+def test_sample_values_in_catalogue_units(source, clock):
+    (s0, *rest) = source.sample(clock.now())
+    assert len(rest) == 7 and s0.ts == clock.now() and not s0.lost and s0.errors == ()
+    v = s0.values
+    assert v["power.draw"] == 690.0  # 690000 mW
+    assert v["enforced.power.limit"] == 700.0
+    assert v["memory.used"] == 72000.0  # v2 API: bytes -> MiB, reserved excluded
+    assert v["memory.total"] == 81559.0
+    assert v["utilization.gpu"] == 100.0
+    assert v["clocks_event_reasons.active"] == 0x14  # SW power cap + sync boost
+    assert v["energy.total"] == pytest.approx(5.0e5)  # 5e8 mJ -> J
+    assert v["violation.sync_boost"] == 0.0  # ns -> s at t=0
+    assert v["temperature.memory"] == 52.0
+    assert v["nvlink.errors.crc_flit"] == 0.0
+    assert v["ecc.errors.uncorrected.volatile.total"] == 0.0
+    assert v["pcie.link.gen.current"] == 5.0
+    assert v["fan.speed"] is None  # passive board: NotSupported -> missing, not 0
+    assert v["retired_pages.count"] is None  # H100 uses row remapping
+    assert s0.processes is not None and s0.processes[0].pid == 41000
+    assert s0.processes[0].used_memory_mib == 72000.0
+
+
+def test_processes_carry_slurm_job_from_proc(fake, clock, tmp_path):
+    d = tmp_path / "proc" / "41001"
+    d.mkdir(parents=True)
+    (d / "comm").write_text("python\n")
+    (d / "environ").write_bytes(b"SLURM_JOB_ID=777\0")
+    with NvmlSource(proc_root=str(tmp_path / "proc"), kmsg_path=str(tmp_path / "x")) as s:
+        p = s.sample(clock.now())[1].processes[0]
+    assert (p.pid, p.name, p.job_id, p.used_memory_mib) == (41001, "python", "777", 72000.0)
+
+
+def test_every_catalogue_metric_is_reported(source, clock):
+    from watchdog import catalogue
+
+    for s in source.sample(clock.now()):
+        assert set(s.values) == set(catalogue.NAMES)
+
+
+def test_counters_advance_and_violation_ns_to_s(source, clock):
+    a = source.sample(clock.now())[0]
+    clock.advance(10.0)
+    b = source.sample(clock.now())[0]
+    assert b.values["violation.sync_boost"] - a.values["violation.sync_boost"] == \
+        pytest.approx(5.0)  # 5e8 ns per s of scenario time
+    assert b.values["energy.total"] > a.values["energy.total"]
+
+
+def test_gpm_needs_two_samples(source, clock):
+    first = source.sample(clock.now())[0]
+    assert first.values["gpm.sm_activity"] is None
+    clock.advance(1.0)
+    second = source.sample(clock.now())[0]
+    assert second.values["gpm.tensor_activity"] == 62.0
+    assert 87.0 < second.values["gpm.sm_activity"] < 89.0
+
+
+def test_field_values_batched_in_one_call(source, fake, clock):
+    source.sample(clock.now())
+    assert fake.calls["nvmlDeviceGetFieldValues"] == 8
+    assert fake.calls["nvmlDeviceGetTotalEccErrors"] == 0
+
+
+@pytest.mark.parametrize("fake", ["not_supported"], indirect=True)
+def test_not_supported_is_none_and_logged_once(source, clock, caplog):
+    with caplog.at_level(logging.INFO, logger="watchdog.sources.nvml"):
+        for _ in range(3):
+            s = source.sample(clock.now())[0]
+            clock.advance(1)
+    assert s.values["energy.total"] is None
+    assert s.values["temperature.memory"] is None
+    assert s.values["gpm.sm_activity"] is None
+    assert s.values["power.draw"] is not None and s.errors == ()
+    fan_logs = [r for r in caplog.records if "GPU 0: fan.speed" in r.getMessage()]
+    assert len(fan_logs) == 1
+    assert source.devices()[0].gpm_supported is False
+    assert source.devices()[0].mig_mode is None
+
+
+@pytest.mark.parametrize("fake", ["gpu_lost"], indirect=True)
+def test_gpu_lost_mid_run(source, clock):
+    before = source.sample(clock.now())
+    assert not any(s.lost for s in before)
+    clock.advance(31)
+    after = source.sample(clock.now())
+    assert [s.index for s in after if s.lost] == [3]
+    assert after[3].values == {} and after[3].uuid == before[3].uuid
+    assert after[2].values["power.draw"] is not None
+
+
+@pytest.mark.parametrize("fake", ["gpu_lost"], indirect=True)
+def test_gpu_lost_before_open_keeps_a_stand_in(fake, clock, tmp_path):
+    clock.advance(60)
+    with NvmlSource(host="node1", kmsg_path=str(tmp_path / "x")) as s:
+        assert s.devices()[3].uuid == "node1/gpu3"
+        assert s.sample(clock.now())[3].lost
+
+
+@pytest.mark.parametrize("fake", ["no_library"], indirect=True)
+def test_no_library_is_one_line_with_remedy(fake):
+    with pytest.raises(SourceUnavailable) as e:
+        NvmlSource()
+    msg = str(e.value)
+    assert "libnvidia-ml.so.1 not found" in msg and "--source sim" in msg
+    assert "\n" not in msg and e.value.exit_code == 3
+
+
+@pytest.mark.parametrize("fake", ["init_failure"], indirect=True)
+def test_init_failure_is_one_line(fake):
+    with pytest.raises(SourceUnavailable, match="driver not loaded"):
+        NvmlSource()
+
+
+@pytest.mark.parametrize("fake", ["blocking_call"], indirect=True)
+def test_wedged_call_is_bounded_and_named(fake, clock, tmp_path):
+    s = NvmlSource(call_timeout=0.1, kmsg_path=str(tmp_path / "x"))
+    try:
+        first = s.sample(clock.now())
+        assert first[2].errors == ("nvmlDeviceGetPowerUsage did not return within 0.1 s",)
+        assert first[2].values == {}
+        assert first[1].errors == () and first[1].values["power.draw"] is not None
+        second = s.sample(clock.now())  # still wedged: skipped, not waited for again
+        assert "nvmlDeviceGetPowerUsage still outstanding" in second[2].errors[0]
+        assert fake.calls["nvmlDeviceGetPowerUsage"] == 8 + 7
+        fake.release()
+        while s._gpus[2].lane.busy:  # the stuck call returns, the lane drains
+            s._gpus[2].lane.wait(s._gpus[2].lane.submit(lambda: None), 5)
+        third = s.sample(clock.now())
+        assert third[2].errors == () and third[2].values["power.draw"] is not None
+    finally:
+        fake.release()
+        s.close()
+
+
+@pytest.mark.parametrize("fake", ["bytes_strings"], indirect=True)
+def test_old_driver_fallbacks(source, fake, clock):
+    s = source.sample(clock.now())[0]
+    assert s.errors == ()
+    assert s.values["clocks_event_reasons.active"] == 0x14  # via ...ThrottleReasons
+    assert s.values["memory.used"] == 72000.0 + 527  # v1 API counts the reserved share
+    assert s.processes is not None and s.processes[0].pid == 41000  # via _v2
+    assert fake.calls["nvmlDeviceGetCurrentClocksThrottleReasons"] == 2
+    assert source.devices()[0].name == "NVIDIA H100 80GB HBM3"
+
+
+@pytest.mark.parametrize("fake", ["xid"], indirect=True)
+def test_xid_events_ride_on_next_sample(source, clock):
+    w = source.xid_watcher
+    assert w is not None and w.ready.wait(5) and w.mode == "nvml"
+    assert w.wait_for_events(5)
+    seen: dict[int, int] = {}
+    for _ in range(100):  # both scripted XIDs at t=0 arrive; bounded, no sleeping
+        for s in source.sample(clock.now()):
+            for x in s.xids:
+                assert (x.ts, x.uuid, x.source) == (clock.now(), s.uuid, "nvml")
+                seen[x.index] = x.code
+        if len(seen) == 2:
+            break
+        w.wait_for_events(1)
+    assert seen == {1: 79, 4: 48}
+    assert all(not s.xids for s in source.sample(clock.now()))  # handed out once
+
+
+@pytest.mark.parametrize("fake", ["xid_kmsg"], indirect=True)
+def test_xid_kernel_log_fallback(fake, clock, tmp_path):
+    kmsg = tmp_path / "kmsg"
+    kmsg.write_text("3,100,1,-;NVRM: Xid (PCI:0000:3a:00): 31, pid=1, old line before start\n")
+    with NvmlSource(kmsg_path=str(kmsg)) as s:
+        assert s.xid_watcher.ready.wait(5) and s.xid_watcher.mode == "kmsg"
+        with kmsg.open("a") as f:
+            f.write("4,101,2,-;NVRM: Xid (PCI:0000:3a:00): 79, pid=2231, name=python, "
+                    "GPU has fallen off the bus.\n")
+            f.write("6,102,3,-;usb 1-1: new device\n")
+        samples = s.sample(clock.now())
+        assert [(x.index, x.code, x.source) for x in samples[2].xids] == [(2, 79, "kmsg")]
+        assert all(not x.xids for i, x in enumerate(samples) if i != 2)
+
+
+def test_close_shuts_nvml_down_and_is_idempotent(fake, tmp_path):
+    s = NvmlSource(kmsg_path=str(tmp_path / "x"))
+    assert fake.initialized == 1
+    s.close()
+    s.close()
+    assert fake.initialized == 0
+    assert fake.calls["nvmlGpmSampleFree"] == 16
+
+
+def test_import_and_source_do_not_load_pandas():
+    code = ("import sys; from watchdog.testing import fakenvml; fakenvml.install('healthy');"
+            "from watchdog.sources.nvml import NvmlSource; s = NvmlSource(); s.sample(0.0);"
+            "s.close(); print(sorted(m for m in ('pandas','sklearn','numpy') if m in sys.modules))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         timeout=60)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.strip() == "[]"
