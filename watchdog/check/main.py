@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import argparse
 import socket
+from dataclasses import replace
 from typing import Any
 
 from watchdog.check.judge import Problem, Status, Verdict, judge
@@ -67,12 +68,12 @@ def probe(args: argparse.Namespace, clock: Clock | None = None) -> Verdict:
     from watchdog.commands.common import source_options
     from watchdog.sources import kind_of, open_live, open_recorded
 
-    options = source_options(args)
+    options = replace(source_options(args), call_timeout=args.call_timeout)
     kind = kind_of(args.source)
-    if args.interval <= 0:
+    if args.interval <= 0 or args.call_timeout <= 0:
         from watchdog.errors import InputError
 
-        raise InputError(f"--interval {args.interval:g}: must be more than 0")
+        raise InputError("--interval and --call-timeout must be more than 0")
     if kind == "replay":
         rec = open_recorded(args.source, options)
         burst = burst_recorded(rec.host, rec.devices(), rec.ticks(), args.duration)

@@ -73,6 +73,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                         "how much of its end to judge")
     p.add_argument("--interval", type=_duration, default=0.5, metavar="DURATION",
                    help="time between readings (default 0.5s)")
+    p.add_argument("--call-timeout", type=_duration, default=2.0, metavar="DURATION",
+                   help="deadline for each NVML call (default 2s); a call that misses it "
+                        "is a wedged driver: CRITICAL")
     p.add_argument("--at", type=_duration, default=None, metavar="DURATION",
                    help="sim only: judge the simulated node this long after its start "
                         "(default: the last injected fault's onset plus its time to show, "

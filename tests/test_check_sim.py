@@ -1,0 +1,90 @@
+"""``watchdog check --source sim:…``: every injected fault the probe is meant to see gives
+its exit code and check; faults only a duration can reveal (stall, straggler) do not fail a
+2-second probe. Also: the check path for nvml and sim never imports pandas or sklearn."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import pytest
+
+from watchdog.cli import main
+
+
+def check(capsys, *argv: str) -> tuple[int, dict]:
+    rc = main(["check", "--json", *argv])
+    out, err = capsys.readouterr()
+    assert err == ""
+    return rc, json.loads(out)
+
+
+@pytest.mark.parametrize(("spec", "rc", "kind"), [
+    ("sim", 0, None),
+    ("sim:comm_hang", 1, "hang"),
+    ("sim:thermal_throttle", 1, "clock_events"),
+    ("sim:hw_slowdown", 2, "clock_events"),
+    ("sim:memory_pressure", 1, "memory"),
+    ("sim:gpu_lost", 2, "gpu_lost"),
+    ("sim:xid", 1, "xid"),
+    ("sim:xid(code=79)", 2, "xid"),
+    ("sim:ecc", 2, "ecc"),
+    ("sim:pcie_degraded", 1, "pcie"),
+    ("sim:stall", 0, None),  # needs minutes of evidence: `watchdog run`, not a probe
+    ("sim:straggler", 0, None),  # needs peers over time
+])
+def test_injected_faults(capsys, spec, rc, kind):
+    got, doc = check(capsys, "--source", spec)
+    assert (got, doc["exit_code"]) == (rc, rc)
+    assert {p["check"] for p in doc["problems"]} == ({kind} if kind else set())
+    assert doc["source"] == spec and doc["gpu_count"] == 8
+
+
+def test_whole_node_hang_names_every_gpu(capsys):
+    _, doc = check(capsys, "--source", "sim:comm_hang")
+    assert sorted(p["gpu"] for p in doc["problems"]) == list(range(8))
+    assert all(p["severity"] == "WARNING" for p in doc["problems"])
+
+
+def test_hang_on_a100_without_gpm(capsys):
+    rc, doc = check(capsys, "--source", "sim:comm_hang", "--model", "a100-pcie", "--gpus", "4")
+    assert rc == 1 and {p["check"] for p in doc["problems"]} == {"hang"}
+    assert doc["gpus"][0]["metrics"].get("gpm.sm_activity") is None
+
+
+def test_at_chooses_the_judged_moment(capsys):
+    """Before the default onset (300 s) the hung node still looks healthy."""
+    rc, _ = check(capsys, "--source", "sim:comm_hang", "--at", "100s")
+    assert rc == 0
+    rc, _ = check(capsys, "--source", "sim:comm_hang@60", "--at", "2m")
+    assert rc == 1
+
+
+def test_bad_sim_spec_is_unknown(capsys):
+    rc = main(["check", "--source", "sim:no_such_fault"])
+    out, err = capsys.readouterr()
+    assert rc == 3 and out.startswith("WATCHDOG UNKNOWN") and "no_such_fault" in err
+
+
+def _imported(argv: list[str]) -> tuple[set[str], dict]:
+    """Top-level packages a fresh interpreter imports to run ``argv`` (-X importtime)."""
+    proc = subprocess.run([sys.executable, "-X", "importtime", *argv], capture_output=True,
+                          text=True, timeout=60, check=False)
+    mods = set()
+    for line in proc.stderr.splitlines():
+        if line.startswith("import time:") and "|" in line:
+            mods.add(line.rsplit("|", 1)[1].strip().split(".")[0])
+    assert "watchdog" in mods, proc.stderr[-500:]
+    return mods, json.loads(proc.stdout)
+
+
+@pytest.mark.parametrize("argv", [
+    ["-m", "watchdog", "check", "--source", "sim:comm_hang", "--json"],
+    ["-m", "watchdog.testing.fakenvml", "healthy", "--", "watchdog", "check", "--json",
+     "--duration", "0"],
+])
+def test_check_does_not_import_pandas_or_sklearn(argv):
+    mods, doc = _imported(argv)
+    assert doc["gpu_count"] == 8
+    assert not mods & {"pandas", "sklearn", "matplotlib", "scipy"}
