@@ -191,3 +191,26 @@ def test_runner_runs_gpustat_on_fake():
     assert len(doc["gpus"]) == 8
     assert doc["gpus"][0]["name"] == "NVIDIA H100 80GB HBM3"
     assert doc["gpus"][0]["enforced.power.limit"] == 700
+
+
+FIXTURES = __import__("pathlib").Path(__file__).parent / "fixtures" / "nvml"
+
+
+def test_yaml_scenario(install, clock):
+    install(str(FIXTURES / "mixed_node.yaml"))
+    N.nvmlInit()
+    assert N.nvmlSystemGetDriverVersion() == "535.161.08"
+    h1 = N.nvmlDeviceGetHandleByIndex(1)
+    assert N.nvmlDeviceGetName(h1) == "Tesla V100-PCIE-16GB"
+    assert N.nvmlDeviceGetEnforcedPowerLimit(h1) == 250_000
+    assert N.nvmlDeviceGetFieldValues(h1, [83])[0].nvmlReturn == N.NVML_ERROR_NOT_SUPPORTED
+    clock.advance(11)
+    with pytest.raises(N.NVMLError_GpuIsLost):
+        N.nvmlDeviceGetPowerUsage(h1)
+
+
+def test_yaml_scenario_rejects_unknown_keys():
+    from watchdog.testing.fakenvml import from_dict
+
+    with pytest.raises(TypeError):
+        from_dict({"name": "x", "gpus": [{"nmae": "typo"}]})

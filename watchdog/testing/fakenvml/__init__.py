@@ -21,10 +21,18 @@ from collections.abc import Callable
 from typing import Any
 
 from watchdog.testing.fakenvml.library import FUNCTIONS, FakeNvml
-from watchdog.testing.fakenvml.scenarios import SCENARIOS, Blocking, GpuSpec, Scenario, get
+from watchdog.testing.fakenvml.scenarios import (
+    SCENARIOS,
+    Blocking,
+    GpuSpec,
+    Scenario,
+    from_dict,
+    get,
+    load,
+)
 
-__all__ = ["FUNCTIONS", "SCENARIOS", "Blocking", "FakeNvml", "GpuSpec", "Scenario", "get",
-           "install", "installed", "uninstall"]
+__all__ = ["FUNCTIONS", "SCENARIOS", "Blocking", "FakeNvml", "GpuSpec", "Scenario", "from_dict",
+           "get", "install", "installed", "load", "uninstall"]
 
 _lock = threading.Lock()
 _saved: dict[str, Any] | None = None
@@ -36,7 +44,10 @@ def _no_library(*_args: Any, **_kwargs: Any) -> Any:
 
 
 def install(scenario: str | Scenario, time_fn: Callable[[], float] | None = None) -> FakeNvml:
-    """Install the fake for ``scenario`` (a name or a :class:`Scenario`) and return it.
+    """Install the fake for ``scenario`` and return it.
+
+    ``scenario`` is a built-in name, a path to a YAML scenario (``*.yaml``) or a
+    :class:`Scenario`.
 
     ``time_fn`` gives scenario time (POSIX seconds; default the wall clock through
     :class:`watchdog.clock.WallClock`); a test passes ``ManualClock.now``. Installing
@@ -45,7 +56,10 @@ def install(scenario: str | Scenario, time_fn: Callable[[], float] | None = None
     """
     import pynvml
 
-    sc = get(scenario) if isinstance(scenario, str) else scenario
+    if isinstance(scenario, str):
+        sc = load(scenario) if scenario.endswith((".yaml", ".yml")) else get(scenario)
+    else:
+        sc = scenario
     if time_fn is None:
         from watchdog.clock import WallClock
 

@@ -190,3 +190,30 @@ def readings(gpu: GpuSpec, index: int, t: float) -> dict[str, float]:
         "dram_bw": 0.0 if dip else 55.0,
         "fan": 35.0,
     }
+
+
+def from_dict(d: dict) -> Scenario:
+    """A :class:`Scenario` from plain data (e.g. YAML): ``{name, gpus: [{...}], ...}``.
+
+    Unknown keys are errors (a typo must not silently give a healthy GPU).
+    """
+    d = dict(d)
+    gpus = []
+    for g in d.pop("gpus", []) or []:
+        g = dict(g)
+        g["unsupported"] = frozenset(g.get("unsupported", ()))
+        g["processes"] = tuple(tuple(p) for p in g.get("processes", ()))
+        gpus.append(GpuSpec(**g))
+    if "blocking" in d and d["blocking"] is not None:
+        d["blocking"] = Blocking(**d["blocking"])
+    d["missing"] = frozenset(d.get("missing", ()))
+    d["xids"] = tuple(tuple(x) for x in d.get("xids", ()))
+    return Scenario(gpus=tuple(gpus), **d)
+
+
+def load(path: str) -> Scenario:
+    """Read a scenario from a YAML file (see ``tests/fixtures/nvml/mixed_node.yaml``)."""
+    import yaml
+
+    with open(path, encoding="utf-8") as f:
+        return from_dict(yaml.safe_load(f))
