@@ -106,6 +106,13 @@ def parse_active(text: str) -> float:
     raise Unparsable(text.strip())
 
 
+def factorize(col: pd.Series) -> tuple[np.ndarray, pd.Index]:
+    """Codes (-1 = missing) and distinct values of a text or categorical column."""
+    if isinstance(col.dtype, pd.CategoricalDtype):
+        return col.cat.codes.to_numpy(), col.cat.categories
+    return pd.factorize(col, use_na_sentinel=True)
+
+
 def convert_column(col: pd.Series, *, metric: str, unit: str, problems: Problems,
                    where: Callable[[int], str],
                    parse: Callable[[str], float] = _text_to_float) -> np.ndarray:
@@ -118,7 +125,7 @@ def convert_column(col: pd.Series, *, metric: str, unit: str, problems: Problems
     if pd.api.types.is_numeric_dtype(col.dtype) and not pd.api.types.is_bool_dtype(col.dtype):
         out = col.to_numpy(dtype=np.float64, na_value=np.nan)
     else:
-        codes, uniques = pd.factorize(col, use_na_sentinel=True)
+        codes, uniques = factorize(col)
         parsed = np.empty(len(uniques) + 1, dtype=np.float64)
         parsed[-1] = np.nan  # sentinel -1 indexes the last slot
         lost_codes: list[int] = []
@@ -170,8 +177,12 @@ def parse_timestamps(col: pd.Series, *, tz: str | None,
     """
     if pd.api.types.is_numeric_dtype(col.dtype):
         return col.to_numpy(dtype=np.float64, na_value=np.nan)
-    codes, uniques = pd.factorize(col, use_na_sentinel=True)
-    texts = pd.Index([str(u).strip() for u in uniques], dtype=object)
+    codes, uniques = factorize(col)
+    texts = pd.Index(uniques, dtype=object)
+    if len(texts) and not all(isinstance(t, str) and t == t.strip() for t in texts[:1]):
+        texts = pd.Index([str(u).strip() for u in uniques], dtype=object)
+    elif len(texts) and (texts.str.startswith(" ").any() or texts.str.endswith(" ").any()):
+        texts = texts.str.strip()
     parsed = None
     for fmt in ("%Y/%m/%d %H:%M:%S.%f", "%Y/%m/%d %H:%M:%S", "ISO8601"):
         try:

@@ -125,12 +125,15 @@ def build(*, path: str, host: str, fmt: str, ts: np.ndarray, uuid: np.ndarray,
     ``row_errors`` maps an input row number to its read-error texts.
     """
     n = len(ts)
-    order = np.lexsort((index, ts))
-    is_sorted = bool(n < 2 or (np.all(np.diff(order) == 1)))
+    ts = np.asarray(ts, dtype=np.float64)
+    index = np.asarray(index, dtype=np.int64)
+    dts = np.diff(ts)
+    is_sorted = bool(np.all((dts > 0) | ((dts == 0) & (np.diff(index) > 0))))
+    order = None if is_sorted else np.lexsort((index, ts))
     data: dict[str, object] = {}
 
     def take(a: np.ndarray) -> np.ndarray:
-        return a if is_sorted else a[order]
+        return a if order is None else a[order]
 
     data["ts"] = take(np.asarray(ts, dtype=np.float64))
     data["uuid"] = take(np.asarray(uuid, dtype=object))
@@ -153,13 +156,19 @@ def _inventory(frame: pd.DataFrame, extra: dict[str, dict[str, object]]) -> list
     if len(frame) == 0:
         return []
     firsts = frame.drop_duplicates("uuid")[["uuid", "index"]]
+    mem_total: dict[str, float] = {}
+    if "memory.total" in frame.columns:  # first non-missing value per GPU
+        at_first = frame.loc[firsts.index, "memory.total"]
+        if at_first.isna().any():
+            mem_total = frame.groupby("uuid", sort=False)["memory.total"].first().dropna()\
+                .to_dict()
+        else:
+            mem_total = dict(zip(firsts["uuid"], at_first, strict=True))
     out = []
     for u, i in zip(firsts["uuid"].tolist(), firsts["index"].tolist(), strict=True):
         fields = dict(extra.get(u, {}))
-        if "memory_total_mib" not in fields and "memory.total" in frame.columns:
-            mt = frame.loc[frame["uuid"] == u, "memory.total"].dropna()
-            if len(mt):
-                fields["memory_total_mib"] = float(mt.iloc[0])
+        if "memory_total_mib" not in fields and u in mem_total:
+            fields["memory_total_mib"] = float(mem_total[u])
         out.append(DeviceInfo(index=int(i), uuid=u, **fields))  # type: ignore[arg-type]
     out.sort(key=lambda d: d.index)
     return out

@@ -20,6 +20,8 @@ assume, and guessing would silently mislabel columns.
 from __future__ import annotations
 
 import io
+import re
+import warnings as _warnings
 from collections.abc import Callable
 
 import numpy as np
@@ -29,8 +31,6 @@ from watchdog import catalogue
 from watchdog.errors import InputError
 from watchdog.sources.replay import convert
 from watchdog.sources.replay.frame import Recording, build, standin_uuid
-
-NA_VALUES = ["[N/A]", "N/A", "[Not Supported]", "Not Supported", "-"]
 
 ID_FIELDS = {"timestamp", "index", "uuid", "pci.bus_id", "name", "serial", "vbios_version",
              "driver_version"}
@@ -54,6 +54,7 @@ REASON_BITS = {
     "display_clock_setting": 0x100,
 }
 REASON_PREFIXES = ("clocks_event_reasons.", "clocks_throttle_reasons.")
+_PARSER_ERR = re.compile(r"Expected (?P<want>\d+) fields in line (?P<line>\d+), saw (?P<saw>\d+)")
 
 
 def _base(name: str) -> str:
@@ -78,79 +79,155 @@ def looks_like_header(line: str) -> bool:
 
 
 def layout(data: bytes) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """Per line: start offset, end offset (exclusive, newline dropped), comma count."""
+    """Per line: start offset, end offset (exclusive, newline dropped), comma count.
+
+    Vectorised: the comma count of each line is the number of comma positions between its
+    start and end, found with two binary searches over the sorted comma positions.
+    """
     arr = np.frombuffer(data, dtype=np.uint8)
     nl = np.flatnonzero(arr == 10)
     starts = np.concatenate(([0], nl + 1))
     if len(starts) and starts[-1] >= len(arr):
         starts = starts[:-1]
     ends = np.concatenate((nl, [len(arr)]))[: len(starts)]
-    if len(starts) == 0:
-        return starts, ends, np.zeros(0, dtype=np.int64)
-    commas = np.add.reduceat((arr == 44).view(np.uint8), starts, dtype=np.int64)
+    commas_at = np.flatnonzero(arr == 44)
+    commas = np.searchsorted(commas_at, ends) - np.searchsorted(commas_at, starts)
     return starts, ends, commas
+
+
+class _Lines:
+    """Where each data row sits in the file, computed only when a message needs it."""
+
+    def __init__(self, data: bytes, has_header: bool) -> None:
+        self._data = data
+        self._has_header = has_header
+        self._rows: np.ndarray | None = None
+        self._commas: np.ndarray | None = None
+
+    def _compute(self) -> None:
+        starts, ends, commas = layout(self._data)
+        lengths = ends - starts
+        blank = lengths == 0
+        if len(lengths):
+            cr = np.frombuffer(self._data, dtype=np.uint8)[np.maximum(ends - 1, 0)] == 13
+            blank |= (lengths == 1) & cr
+        nonblank = np.flatnonzero(~blank)
+        rows = nonblank[1:] if self._has_header else nonblank
+        self._rows, self._commas = rows + 1, commas[rows]
+
+    def line(self, row: int) -> int | None:
+        """1-based file line of data row ``row``."""
+        if self._rows is None:
+            self._compute()
+        assert self._rows is not None
+        return int(self._rows[row]) if row < len(self._rows) else None
+
+    def fields(self, row: int) -> int:
+        if self._commas is None:
+            self._compute()
+        assert self._commas is not None
+        return int(self._commas[row]) + 1
 
 
 def read(path: str, data: bytes, *, mapping: dict[str, str] | None, host: str,
          tz: str | None, fmt: str = "smi_csv") -> Recording:
-    """Parse CSV bytes ``data`` read from ``path`` into a :class:`Recording`."""
+    """Parse CSV bytes ``data`` read from ``path`` into a :class:`Recording`.
+
+    The fast path never looks at lines one by one: ``pandas.read_csv`` itself rejects a
+    row with too many fields; a row with too few shows up as a missing last column, and
+    only then are line layouts computed (:class:`_Lines`) to find and name it.
+    """
     mapping = dict(mapping or {})
     warnings: list[str] = []
-    starts, ends, commas = layout(data)
-    lengths = ends - starts
-    # a line of only "\r" or nothing is blank; pandas skips those.
-    blank = lengths == 0
-    if len(lengths):
-        cr = np.frombuffer(data, dtype=np.uint8)[np.maximum(ends - 1, 0)] == 13
-        blank |= (lengths == 1) & cr
-    nonblank = np.flatnonzero(~blank)
-    if len(nonblank) == 0:
+    pos = 0
+    while True:  # skip leading blank lines
+        nl = data.find(b"\n", pos)
+        line = data[pos:] if nl < 0 else data[pos:nl]
+        if line.strip() or nl < 0:
+            break
+        pos = nl + 1
+    first_line = line.decode("utf-8", "replace").strip()
+    if not first_line:
         raise InputError(f"{path}: empty file (no lines)")
-    first = nonblank[0]
-    first_line = data[starts[first]:ends[first]].decode("utf-8", "replace").strip("\r")
+    first_no = data.count(b"\n", 0, pos) + 1
     numbered = bool(mapping) and all(v.strip().isdigit() for v in mapping.values())
     has_header = not numbered and looks_like_header(first_line)
     if not has_header and not numbered:
-        raise InputError(f"{path}:{first + 1}: no header line; name the columns by number, "
+        raise InputError(f"{path}:{first_no}: no header line; name the columns by number, "
                          "e.g. --map timestamp=1,index=2,power.draw=3")
-    expected = int(commas[first])
-    data_lines = nonblank[1:] if has_header else nonblank
+    expected = first_line.count(",")
     body_end = len(data)
-    if len(data_lines):
-        last = data_lines[-1]
-        unterminated = not data.endswith(b"\n")
-        last_text = data[starts[last]:ends[last]].rstrip(b"\r")
-        if unterminated and (commas[last] < expected or last_text.endswith(b",")):
-            warnings.append(f"{path}:{last + 1}: truncated last line dropped")
-            body_end = int(starts[last])
-            data_lines = data_lines[:-1]
-        bad = np.flatnonzero(commas[data_lines] != expected)
-        if len(bad):
-            ln = int(data_lines[bad[0]])
-            raise InputError(f"{path}:{ln + 1}: {int(commas[ln]) + 1} fields, expected "
-                             f"{expected + 1} like the header (mismatched columns)")
-    line_no = data_lines + 1
+    if not data.endswith(b"\n"):
+        last_start = data.rfind(b"\n") + 1
+        last_text = data[last_start:].rstrip(b"\r")
+        if last_start > pos and (last_text.count(b",") < expected or last_text.endswith(b",")):
+            ln = data.count(b"\n", 0, last_start) + 1
+            warnings.append(f"{path}:{ln}: truncated last line dropped")
+            body_end = last_start
+    body = data if body_end == len(data) else data[:body_end]
+    lines = _Lines(body, has_header)
+    dtypes = _text_columns(body, pos, first_line) if has_header else None
 
     def where(row: int) -> str:
-        return f"{path}:{int(line_no[row]) if row < len(line_no) else '?'}"
+        ln = lines.line(row)
+        return f"{path}:{ln if ln is not None else '?'}"
 
     try:
-        raw = pd.read_csv(io.BytesIO(data[:body_end]), header=0 if has_header else None,
-                          skipinitialspace=True, na_values=NA_VALUES, index_col=False,
-                          skip_blank_lines=True, encoding="utf-8", encoding_errors="replace",
-                          low_memory=False)
+        # No skipinitialspace / na_values / low_memory=False: each slows the C parser
+        # down; numbers with leading spaces still parse, and text columns are converted
+        # (and stripped) per distinct value.
+        with _warnings.catch_warnings():
+            _warnings.simplefilter("ignore", pd.errors.DtypeWarning)
+            raw = pd.read_csv(io.BytesIO(body), header=0 if has_header else None,
+                              index_col=False, skip_blank_lines=True, encoding="utf-8",
+                              encoding_errors="replace", dtype=dtypes)
     except pd.errors.EmptyDataError:
         raise InputError(f"{path}: empty file (no data)") from None
-    except (pd.errors.ParserError, ValueError, UnicodeError) as e:
+    except pd.errors.ParserError as e:
+        m = _PARSER_ERR.search(str(e))
+        if m:
+            raise InputError(f"{path}:{m['line']}: {m['saw']} fields, expected {m['want']} "
+                             "like the header (mismatched columns)") from None
         raise InputError(f"{path}: not a CSV log: {str(e).splitlines()[0][:120]}") from None
+    except (ValueError, UnicodeError) as e:
+        raise InputError(f"{path}: not a CSV log: {str(e).splitlines()[0][:120]}") from None
+    if raw.shape[1] != expected + 1:
+        raise InputError(f"{path}:{first_no}: header has {expected + 1} fields but rows have "
+                         f"{raw.shape[1]} (mismatched columns)")
+    if len(raw):
+        short = np.flatnonzero(raw.iloc[:, -1].isna().to_numpy())
+        for row in short[:100_000]:
+            if lines.fields(int(row)) != expected + 1:
+                raise InputError(f"{where(int(row))}: {lines.fields(int(row))} fields, expected "
+                                 f"{expected + 1} like the header (mismatched columns)")
     if has_header:
         raw.columns = [str(c).strip() for c in raw.columns]
     else:
         raw.columns = [str(i + 1) for i in range(raw.shape[1])]
-    if len(raw) != len(line_no):  # a quoted field spanning lines: lose exact line numbers
-        line_no = np.arange(len(raw)) + (2 if has_header else 1)
     return _convert(path, raw, mapping=mapping, host=host, tz=tz, fmt=fmt, where=where,
                     warnings=warnings)
+
+
+def _text_columns(body: bytes, pos: int, header: str) -> dict[str, str]:
+    """Columns whose first value is not a plain number are read as ``category``.
+
+    The C parser then hashes each distinct text once instead of building a Python string
+    per row (timestamps, UUIDs, hex masks, ``P0``, ``41772 MiB``): as fast as a plain
+    read, and the conversions work on the categories.
+    """
+    start = body.find(b"\n", pos) + 1
+    if start <= 0:
+        return {}
+    end = body.find(b"\n", start)
+    row = body[start:end if end >= 0 else len(body)].decode("utf-8", "replace").split(",")
+    names = header.split(",")
+    out = {}
+    for name, value in zip(names, row, strict=False):
+        try:
+            float(value)
+        except ValueError:
+            out[name] = "category"
+    return out
 
 
 def _assign(raw: pd.DataFrame, mapping: dict[str, str], path: str,
@@ -243,13 +320,16 @@ def _convert(path: str, raw: pd.DataFrame, *, mapping: dict[str, str], host: str
         index = idx.astype(np.int64)
     uuid = None
     if "uuid" in roles:
-        u = raw[roles["uuid"]].astype(str).str.strip()
-        bad = u.str.startswith("[") | u.isin(["nan", "", "N/A"])
-        uuid = u.to_numpy(dtype=object)
+        codes, uniques = convert.factorize(raw[roles["uuid"]])
+        texts = [str(u).strip() for u in uniques]
+        bad_codes = [i for i, t in enumerate(texts) if t.startswith("[") or
+                     t.lower() in convert.MISSING_TEXT]
+        uuid = np.array([*texts, ""], dtype=object)[codes]
         if index is None:
-            index = pd.factorize(u)[0].astype(np.int64)
+            index = codes.astype(np.int64)
+        bad = (codes < 0) | np.isin(codes, bad_codes)
         if bad.any():
-            rows = np.flatnonzero(bad.to_numpy())
+            rows = np.flatnonzero(bad)
             uuid[rows] = [standin_uuid(host, int(i)) for i in index[rows]]
     if index is None:
         # no GPU column: GPUs of one time step are told apart by their order in it
@@ -269,7 +349,7 @@ def _inventory(raw: pd.DataFrame, roles: dict[str, str], uuid: np.ndarray,
                problems: convert.Problems,
                where: Callable[[int], str]) -> dict[str, dict[str, object]]:
     """DeviceInfo fields per uuid, from the first row each GPU appears in."""
-    _, first_rows = np.unique(uuid.astype(str), return_index=True)
+    first_rows = pd.Series(uuid).drop_duplicates().index.to_numpy()
     out: dict[str, dict[str, object]] = {str(uuid[r]): {} for r in first_rows}
     for role, field in INVENTORY_TEXT.items():
         if role in roles:
