@@ -59,6 +59,7 @@ class Rule:
     runbook: str | None = None
     file: str = "<memory>"
     line: int = 0
+    key_lines: dict[str, int] = field(default_factory=dict)
 
     @property
     def where(self) -> str:
@@ -111,8 +112,9 @@ def _order(rules: list[Rule]) -> list[Rule]:
             elif ref in kinds:
                 d.update(n for n in kinds[ref] if n != r.name)
             elif ref not in KINDS:
-                raise InputError(f"{r.where}: rule {r.name}: inhibited_by: unknown rule or "
-                                 f"kind {ref!r}")
+                at = r.key_lines.get("inhibited_by", r.line)
+                raise InputError(f"{r.file}:{at}: rule {r.name}: inhibited_by: unknown rule "
+                                 f"or kind {ref!r}")
         deps[r.name] = d
     out: list[Rule] = []
     state: dict[str, int] = {}
@@ -336,7 +338,8 @@ def _rule(node: yaml.Node, file: str) -> Rule:
                 condition_src=cond_src, for_s=for_s, learned=learned, clear=clear,
                 keep_firing_for=keep, inhibited_by=tuple(inhibited), evidence=evidence,
                 summary=summary, labels={str(k): str(v) for k, v in labels.items()},
-                runbook=runbook, file=file, line=line)
+                runbook=runbook, file=file, line=line,
+                key_lines={k: _line(v) for k, v in fields.items()})
 
 
 def _parse_learned(args: str) -> Learned:

@@ -1,0 +1,131 @@
+"""Window statistics against a slow, obvious reference, and block-size independence."""
+
+from __future__ import annotations
+
+import itertools
+import math
+
+import numpy as np
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from watchdog.detect.windows import KINDS, Window, range_reduce
+
+MAX_GAP = 30.0
+
+
+def weights(ts: np.ndarray) -> np.ndarray:
+    prev = np.concatenate(([np.nan], ts[:-1]))
+    return np.where(np.isnan(prev), 0.0, np.minimum(ts - prev, MAX_GAP))
+
+
+def reference(kind: str, width: float, ts: np.ndarray, x: np.ndarray) -> list[float]:
+    """One Python loop per sample, straight from the definitions in docs/rules.md."""
+    d = weights(ts)
+    out = []
+    last_valid = math.nan
+    incs = []
+    for v in x:  # counter increments, reset-tolerant
+        if math.isnan(v):
+            incs.append(0.0)
+            continue
+        incs.append(0.0 if math.isnan(last_valid) else (v - last_valid if v >= last_valid else v))
+        last_valid = v
+    for i, t in enumerate(ts):
+        idx = [j for j in range(i + 1) if ts[j] > t - width]
+        valid = [j for j in idx if not math.isnan(x[j])]
+        if kind == "mean":
+            sd = sum(d[j] for j in valid)
+            if sd > 0:
+                out.append(sum(x[j] * d[j] for j in valid) / sd)
+            else:
+                out.append(sum(x[j] for j in valid) / len(valid) if valid else math.nan)
+        elif kind in ("min", "max"):
+            vals = [x[j] for j in valid]
+            out.append((min if kind == "min" else max)(vals) if vals else math.nan)
+        elif kind == "last":
+            out.append(x[valid[-1]] if valid else math.nan)
+        elif kind == "slope":
+            if len(valid) >= 2 and ts[valid[-1]] > ts[valid[0]]:
+                a, b = valid[0], valid[-1]
+                out.append((x[b] - x[a]) / (ts[b] - ts[a]))
+            else:
+                out.append(math.nan)
+        elif kind == "frac":
+            c = [1.0 if (not math.isnan(x[j]) and x[j] != 0) else 0.0 for j in idx]
+            sd = sum(d[j] for j in idx)
+            if sd > 0:
+                out.append(100 * sum(c[k] * d[j] for k, j in enumerate(idx)) / sd)
+            else:
+                out.append(100 * sum(c) / len(c))
+        elif kind in ("delta", "rate"):
+            s = sum(incs[j] for j in idx)
+            out.append(s if kind == "delta" else s / width)
+    return out
+
+
+@st.composite
+def series(draw):  # type: ignore[no-untyped-def]
+    n = draw(st.integers(1, 60))
+    dts = draw(st.lists(st.one_of(st.floats(0.1, 10.0), st.floats(30.0, 90.0)),
+                        min_size=n, max_size=n))
+    ts = 1_700_000_000.0 + np.cumsum(np.round(np.array(dts), 3))
+    vals = draw(st.lists(st.one_of(st.none(), st.floats(0, 1000), st.integers(0, 5)),
+                         min_size=n, max_size=n))
+    x = np.array([math.nan if v is None else float(v) for v in vals])
+    return ts, x
+
+
+@settings(max_examples=60, deadline=None)
+@given(series(), st.sampled_from(KINDS), st.sampled_from([0.5, 5.0, 30.0, 120.0]))
+def test_each_statistic_matches_the_slow_reference(data, kind, width) -> None:
+    ts, x = data
+    got = Window(kind, width).update("g", ts, weights(ts), x)
+    want = np.array(reference(kind, width, ts, x))
+    np.testing.assert_allclose(got, want, rtol=1e-9, atol=1e-9, equal_nan=True)
+
+
+@settings(max_examples=60, deadline=None)
+@given(series(), st.sampled_from(KINDS), st.sampled_from([0.5, 5.0, 30.0, 120.0]),
+       st.lists(st.integers(1, 59), max_size=6))
+def test_any_block_split_gives_bitwise_identical_results(data, kind, width, cuts) -> None:
+    ts, x = data
+    d = weights(ts)
+    whole = Window(kind, width).update("g", ts, d, x)
+    w = Window(kind, width)
+    bounds = [0, *sorted({c for c in cuts if c < len(ts)}), len(ts)]
+    parts = [w.update("g", ts[a:b], d[a:b], x[a:b]) for a, b in itertools.pairwise(bounds)]
+    split = np.concatenate(parts)
+    assert np.array_equal(whole, split, equal_nan=True)
+
+
+def test_gpus_keep_separate_state() -> None:
+    w = Window("mean", 10.0)
+    ts = np.array([1.0, 2.0, 3.0])
+    d = np.array([0.0, 1.0, 1.0])
+    a = w.update("a", ts, d, np.array([10.0, 10.0, 10.0]))
+    b = w.update("b", ts, d, np.array([50.0, 50.0, 50.0]))
+    assert list(a) == [10.0, 10.0, 10.0] and list(b) == [50.0, 50.0, 50.0]
+
+
+def test_a_long_gap_is_not_interpolated() -> None:
+    # 100 for 10 s, a 300 s gap, then one sample of 0: the 0 weighs max_gap (30 s), not 300
+    ts = np.array([0.0, 10.0, 310.0])
+    x = np.array([100.0, 100.0, 0.0])
+    got = Window("mean", 1000.0).update("g", ts, weights(ts), x)
+    assert got[-1] == (100.0 * 10.0 + 0.0 * 30.0) / 40.0
+
+
+def test_counter_reset_counts_the_new_value() -> None:
+    ts = np.arange(5.0)
+    x = np.array([100.0, 103.0, 2.0, 5.0, np.nan])  # reset between 103 and 2
+    got = Window("delta", 100.0).update("g", ts, weights(ts), x)
+    assert list(got) == [0.0, 3.0, 5.0, 8.0, 8.0]
+
+
+def test_range_reduce_ignores_nan() -> None:
+    x = np.array([3.0, np.nan, 1.0, 7.0, np.nan])
+    s = np.array([0, 1, 3, 4])
+    e = np.array([4, 1, 4, 4])
+    got = range_reduce(x, s, e, np.fmax)
+    assert np.array_equal(got, np.array([7.0, np.nan, 7.0, np.nan]), equal_nan=True)
