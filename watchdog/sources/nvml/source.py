@@ -70,8 +70,12 @@ class NvmlSource:
 
     def __init__(self, host: str | None = None, call_timeout: float = 2.0, *,
                  kmsg_path: str = "/dev/kmsg", proc_root: str = "/proc") -> None:
-        import pynvml as nv
-
+        try:
+            import pynvml as nv
+        except ImportError as e:
+            raise SourceUnavailable(
+                f"nvidia-ml-py is not installed ({e}): `pip install nvidia-ml-py`. {REMEDY}"
+            ) from None
         self.host = host or socket.gethostname()
         self.call_timeout = call_timeout
         self._nv = nv

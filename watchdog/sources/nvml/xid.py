@@ -1,7 +1,7 @@
 """XID errors: an NVML event set on its own thread, the kernel log as a fallback.
 
 The event thread registers ``nvmlEventTypeXidCriticalError`` for every GPU and blocks in
-``nvmlEventSetWait_v2`` (50 ms at a time, so ``close()`` returns quickly). Events are
+``nvmlEventSetWait_v2`` (20 ms at a time, so ``close()`` returns quickly). Events are
 queued per GPU index and handed out with that GPU's next sample. Timestamp choice: an
 XID gets the injected-clock time of the sample that hands it out (the event thread never
 reads a clock), so XIDs are at most one sampling interval late and always consistent with
@@ -112,7 +112,7 @@ class XidWatcher:
     """
 
     def __init__(self, pynvml: Any, handles: dict[int, Any], bus_ids: dict[int, str | None],
-                 kmsg_path: str = "/dev/kmsg", wait_ms: int = 50) -> None:
+                 kmsg_path: str = "/dev/kmsg", wait_ms: int = 20) -> None:
         self._nvml = pynvml
         self._handles = handles
         self._by_bus = {k: i for i, b in bus_ids.items() if (k := bus_key(b)) is not None}

@@ -90,7 +90,7 @@ class EventFns:
                 return OK
             if remaining <= 0:
                 return TIMEOUT
-            step = min(0.05, remaining)
+            step = min(0.01, remaining)
             waiter.wait(step)  # a blocking C call waits inside the library, as NVML does
             remaining -= step
 
