@@ -116,7 +116,7 @@ def test_field_values_batched_in_one_call(source, fake, clock):
 
 
 @pytest.mark.parametrize("fake", ["not_supported"], indirect=True)
-def test_not_supported_is_none_and_logged_once(source, clock, caplog):
+def test_not_supported_is_none_and_logged_once(source, fake, clock, caplog):
     with caplog.at_level(logging.INFO, logger="watchdog.sources.nvml"):
         for _ in range(3):
             s = source.sample(clock.now())[0]
@@ -127,6 +127,7 @@ def test_not_supported_is_none_and_logged_once(source, clock, caplog):
     assert s.values["power.draw"] is not None and s.errors == ()
     fan_logs = [r for r in caplog.records if "GPU 0: fan.speed" in r.getMessage()]
     assert len(fan_logs) == 1
+    assert fake.calls["nvmlDeviceGetFanSpeed"] == 2  # asked once per GPU, then skipped
     assert source.devices()[0].gpm_supported is False
     assert source.devices()[0].mig_mode is None
 
@@ -193,7 +194,8 @@ def test_old_driver_fallbacks(source, fake, clock):
     assert s.values["clocks_event_reasons.active"] == 0x14  # via ...ThrottleReasons
     assert s.values["memory.used"] == 72000.0 + 527  # v1 API counts the reserved share
     assert s.processes is not None and s.processes[0].pid == 41000  # via _v2
-    assert fake.calls["nvmlDeviceGetCurrentClocksThrottleReasons"] == 2
+    source.sample(clock.now())
+    assert fake.calls["nvmlDeviceGetCurrentClocksThrottleReasons"] == 4
     assert source.devices()[0].name == "NVIDIA H100 80GB HBM3"
 
 
@@ -237,6 +239,18 @@ def test_close_shuts_nvml_down_and_is_idempotent(fake, tmp_path):
     s.close()
     assert fake.initialized == 0
     assert fake.calls["nvmlGpmSampleFree"] == 16
+
+
+def test_works_after_gpustat_patched_the_binding():
+    # gpustat replaces pynvml.nvmlDeviceGetMemoryInfo with a one-argument wrapper
+    code = ("import gpustat.nvml; from watchdog.testing import fakenvml;"
+            "fakenvml.install('healthy');"
+            "from watchdog.sources.nvml import NvmlSource; s = NvmlSource(); x = s.sample(0.0)[0];"
+            "s.close(); print(x.errors, x.values['memory.used'])")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         timeout=60)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.strip() == "() 72000.0"
 
 
 def test_import_and_source_do_not_load_pandas():

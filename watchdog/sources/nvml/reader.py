@@ -73,9 +73,15 @@ class DeviceReader:
         self.errors: list[str] = []
         self.lost_seen = False
         self.gpm: GpmState | None = None
+        # Fields this GPU/driver cannot give (NotSupported & co. are static): not asked
+        # again, which keeps a sample of an old GPU cheap. And fields read via the old API.
+        self.skip: set[str] = set()
+        self.older: set[str] = set()
 
     def call(self, field: str, name: str, *args: Any, **kwargs: Any) -> Any:
         """``pynvml.<name>(handle, *args)``; None when missing; raises GpuLost."""
+        if field in self.skip:
+            return None
         self.lane.enter(name)
         try:
             return getattr(self.nv, name)(self.handle, *args, **kwargs)
@@ -86,11 +92,16 @@ class DeviceReader:
                       **kwargs: Any) -> Any:
         """``call(name)``, or ``call(older)`` when the driver lacks ``name`` (or, for the
         versioned APIs, does not support it): old drivers keep the old entry points."""
+        if field in self.skip:
+            return None
+        if field in self.older:
+            return self.call(field, older, *args)
         self.lane.enter(name)
         try:
             return getattr(self.nv, name)(self.handle, *args, **kwargs)
         except self.nv.NVMLError as e:
             if code_of(e) in (FUNCTION_NOT_FOUND, NOT_SUPPORTED):
+                self.older.add(field)
                 return self.call(field, older, *args)
             return self.classify(field, name, e)
 
@@ -101,6 +112,7 @@ class DeviceReader:
             self.lost_seen = True
             raise GpuLost(f"{name}: {e}") from None
         if code in MISSING_CODES:
+            self.skip.add(field)
             self.once(self.index, field, f"{name}: {e}")
         else:
             self.errors.append(f"{name}: {e}")
@@ -147,8 +159,11 @@ class DeviceReader:
 
     def _memory(self, v: dict[str, float | None]) -> None:
         # v2 (driver 510+) reports used memory without the driver's reserved share
-        mem = self.call_or_older("memory", "nvmlDeviceGetMemoryInfo", "nvmlDeviceGetMemoryInfo",
-                                 version=self.nv.nvmlMemory_v2)
+        try:
+            mem = self.call_or_older("memory", "nvmlDeviceGetMemoryInfo",
+                                     "nvmlDeviceGetMemoryInfo", version=self.nv.nvmlMemory_v2)
+        except TypeError:  # gpustat, if imported, patches this binding to take no version
+            mem = self.call("memory", "nvmlDeviceGetMemoryInfo")
         v["memory.used"] = mem.used / MiB if mem is not None else None
         v["memory.total"] = mem.total / MiB if mem is not None else None
 
