@@ -110,3 +110,18 @@ def test_the_sim_package_does_not_import_pandas_or_numpy():
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                          check=True)
     assert out.stdout.strip() == "[]"
+
+
+def test_a_default_onset_that_would_fall_in_a_checkpoint_moves_past_it():
+    for seed in range(200):
+        src = SimSource.from_spec("sim:ecc,thermal_throttle", gpus=8, seed=seed, start=START)
+        waits = [(a - START, b - START) for a, b, _ in src.legit_waits(1200.0)]
+        if any(a - 60 <= 900 < b for a, b in waits):
+            break
+    else:
+        pytest.skip("no seed below 200 puts a checkpoint at 900 s")
+    thermal = next(gt for gt in src.ground_truth() if gt.kind == "thermal_throttle")
+    onset = thermal.onset - START
+    assert onset > 900 and not any(a - 60 <= onset < b for a, b in waits)
+    explicit = SimSource.from_spec("sim:thermal_throttle@900", seed=seed, start=START)
+    assert explicit.ground_truth()[0].onset == START + 900

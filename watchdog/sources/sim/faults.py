@@ -5,32 +5,30 @@ active (``onset <= t < end``; ``end`` None = until the end) and may emit XID eve
 Times here are seconds since the node started. Scenarios and their parameters (every
 scenario also takes ``gpus=`` and ``for=DURATION``):
 
-============== ======================================================== ==============
-scenario       what the GPUs show                                       extra params
-============== ======================================================== ==============
-healthy        nothing injected
-comm_hang      util pinned at 100 %, power near idle, clocks up, no     ``dead=I``
-               limiter bits, GPM ~0, memory held; ``dead=I``: that
-               rank's GPU drops to 0 % and loses its process
-stall          process holds memory, util 0, idle power, GPU idle bit
-thermal_throttle cooling loss: temperature climbs to the slowdown       ``cooling=X``
-               threshold in seconds, SW/HW thermal bits (0x20, 0x40+0x8),
-               clocks and power fall to hold it there
-hw_slowdown    power brake (0x80+0x8) at normal temperature, clocks
-               collapse to ~20-30 % of max, power falls
-memory_pressure a leak: memory grows over ``ramp`` s, then sits at the   ``ramp=DUR``
-               limit from the onset on
-gpu_lost       samples become ``Sample(lost=True)``; XID 79
-xid            one XID event (``code=``, default 13) and nothing else   ``code=N``
-ecc            uncorrected volatile ECC +1, row remap pending
-pcie_degraded  link width drops (default x8) / gen drops, replays grow  ``width=``,
-                                                                        ``gen=``,
-                                                                        ``rate=``/min
-straggler      one GPU persistently slower: clocks, power, util duty    ``factor=X``
-============== ======================================================== ==============
+* ``healthy``: nothing injected.
+* ``comm_hang`` (``dead=I``): util pinned at 100 %, power near idle, clocks up, no
+  limiter bits, GPM ~0, memory held; with ``dead=I`` that rank's GPU drops to 0 % and
+  loses its process while the others hang.
+* ``stall``: the process holds memory, util 0, idle power and clocks, GPU idle bit.
+* ``thermal_throttle`` (``cooling=X``): cooling loss; temperature climbs to the slowdown
+  threshold in seconds, SW/HW thermal bits (0x20, 0x40+0x8), clocks and power fall to
+  hold it there.
+* ``hw_slowdown``: power brake (0x80+0x8) at normal temperature, clocks collapse to
+  ~20-30 % of max, power falls, util stays.
+* ``memory_pressure`` (``ramp=DUR``): a leak grows for ``ramp`` s (default 240), then
+  memory sits at the limit from the onset on.
+* ``gpu_lost``: samples become ``Sample(lost=True)``; XID 79 at the onset.
+* ``xid`` (``code=N``, default 13): one XID event and nothing else, so its score is
+  unambiguous (combine with ``gpu_lost`` or ``ecc`` for consequences).
+* ``ecc``: uncorrected volatile ECC +1, one uncorrectable row remap pending.
+* ``pcie_degraded`` (``width=``, default 8; ``gen=``; ``rate=`` replays/min, default 30):
+  the link trains down and replays grow.
+* ``straggler`` (``factor=X``, default 0.75): one GPU persistently slower than its
+  peers (clocks, power, util duty) with no limiter bit to explain it.
 
 Defaults: onset 300 s after start for the first scenario, +600 s for each following
-one; ``comm_hang`` and ``stall`` (node scope) take every GPU no other scenario claims,
+one, moved past a healthy checkpoint if it would fall within a minute of one;
+``comm_hang`` and ``stall`` (node scope) take every GPU no other scenario claims,
 the others take one GPU each from the highest index down, so combined scenarios do not
 overlap. :meth:`Fault.record` is the ground truth.
 """
@@ -171,7 +169,6 @@ class ThermalThrottle(Fault):
         "cooling": "thermal-resistance multiplier after the cooling loss (2-5, default 4)"}
 
     def configure(self, params: dict[str, str]) -> None:
-        # above 5 the one-step overshoot of the 1 s grid would pass the shutdown threshold
         self.cooling = self._num(params, "cooling", 4.0, 2.0, 5.0)
         self.params["cooling"] = self.cooling
 
@@ -179,7 +176,7 @@ class ThermalThrottle(Fault):
         # The node's thermal model does the rest: a fast climb to the threshold, then
         # the controller trades clocks and power for temperature (see node.py).
         st.cooling = self.cooling
-        st.tau_s = 20.0  # the die heats fast once its heat is not carried away
+        st.tau_s = 10.0  # the die heats fast once its heat is not carried away
 
 
 class HwSlowdown(Fault):
@@ -324,6 +321,17 @@ def _fmt(gpus: tuple[int, ...]) -> str:
     return "+".join(str(g) for g in gpus)
 
 
+def _clear_of_checkpoints(onset: float, job: TrainingJob) -> float:
+    """Move a default onset past any checkpoint within its first minute (during a pause
+    a cooling loss or a slow GPU would not show yet, muddying the ground truth)."""
+    for _ in range(10):
+        c = next((c for dt in (0.0, 30.0, 60.0) if (c := job.checkpoint(onset + dt))), None)
+        if c is None:
+            return onset
+        onset = c[2] + 30.0
+    return onset
+
+
 def build(requests: list[Request], job: TrainingJob, spec: str) -> list[Fault]:
     """Turn requests into faults, filling default onsets and GPUs (see module docstring)."""
     n = job.n
@@ -362,7 +370,8 @@ def build(requests: list[Request], job: TrainingJob, spec: str) -> list[Fault]:
     for pos, r in enumerate(wanted):
         cls = SCENARIOS[r.name]
         assert cls is not None
-        onset = r.onset if r.onset is not None else DEFAULT_ONSET_S + ONSET_STAGGER_S * pos
+        onset = r.onset if r.onset is not None else _clear_of_checkpoints(
+            DEFAULT_ONSET_S + ONSET_STAGGER_S * pos, job)
         end = None
         if "for" in r.params:
             end = onset + parse_duration(r.params["for"], f"{where[id(r)]}: for")

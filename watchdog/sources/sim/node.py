@@ -11,7 +11,8 @@ is the same whether the node is sampled every 0.1 s, 1 s or 5 s.
 The thermal controller is the GPU's own: at the max operating temperature SW thermal
 slowdown (0x20) engages and power is pulled down to what holds the die just above the
 slowdown threshold; at the slowdown threshold HW thermal slowdown (0x40) is reported with
-HW slowdown (0x8). A healthy GPU never gets there; the ``thermal_throttle`` fault raises
+HW slowdown (0x8); the hardware limiter also caps the overshoot that a 1 s step would
+otherwise allow. A healthy GPU never gets there; the ``thermal_throttle`` fault raises
 the thermal resistance until it does.
 """
 
@@ -38,6 +39,9 @@ class SimNode:
         self.faults = faults
         n = job.n
         self.k = 0  # grid index the slow state below belongs to
+        # HW thermal slowdown acts within milliseconds, far inside one grid step: the die
+        # cannot overshoot the slowdown threshold by more than this between two steps.
+        self.cap_c = job.model.temp_slowdown_c + 1.5
         self.temp = [job.idle_temperature(g) for g in range(n)]
         self.energy = [0.0] * n  # J
         self.v_power = [0.0] * n  # s with SW power cap
@@ -104,7 +108,8 @@ class SimNode:
             sts = self.grid_states()
             for g, st in enumerate(sts):
                 tss = self.t_ss(g, st)
-                self.temp[g] = tss + (self.temp[g] - tss) * math.exp(-DT / st.tau_s)
+                self.temp[g] = min(self.cap_c, tss + (self.temp[g] - tss)
+                                   * math.exp(-DT / st.tau_s))
                 self.energy[g] += st.power * DT
                 if st.reasons & R.SW_POWER_CAP:
                     self.v_power[g] += DT
@@ -132,7 +137,7 @@ class SimNode:
         slow = []
         for g, st in enumerate(grid):
             tss = self.t_ss(g, st)
-            temp = tss + (self.temp[g] - tss) * math.exp(-frac / st.tau_s)
+            temp = min(self.cap_c, tss + (self.temp[g] - tss) * math.exp(-frac / st.tau_s))
             temps.append(temp)
             slow.append((temp, self.energy[g] + st.power * frac,
                          self.v_power[g] + (frac if st.reasons & R.SW_POWER_CAP else 0.0),
