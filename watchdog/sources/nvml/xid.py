@@ -176,8 +176,11 @@ class XidWatcher:
         return es
 
     def _run(self) -> None:
-        nv = self._nvml
-        es = self._setup()
+        try:
+            es = self._setup()
+        except Exception as e:  # noqa: BLE001 - a broken event set must not kill sampling
+            log.warning("XID event set setup failed: %s: %s", type(e).__name__, e)
+            es = None
         if es is None:
             self.mode = "kmsg" if self._kmsg is not None and self._kmsg.available else "off"
             self.ready.set()
@@ -187,26 +190,34 @@ class XidWatcher:
             self._kmsg = None
         self.mode = "nvml"
         self.ready.set()
-        by_addr = {ctypes.cast(h, ctypes.c_void_p).value: i for i, h in self._handles.items()}
         try:
-            while not self._stop.is_set():
-                try:
-                    data = nv.nvmlEventSetWait_v2(es, self._wait_ms)
-                except nv.NVMLError as e:
-                    if getattr(e, "value", None) != 10:  # NVML_ERROR_TIMEOUT: nothing came
-                        log.warning("nvmlEventSetWait_v2: %s", e)
-                        self._stop.wait(self._wait_ms / 1000.0)
-                    continue
-                if not data.eventType & XID_CRITICAL:
-                    continue
-                index = by_addr.get(ctypes.cast(data.device, ctypes.c_void_p).value)
-                if index is not None:
-                    self._add(index, int(data.eventData), None, "nvml")
+            self._wait_loop(es)
         finally:
             try:
-                nv.nvmlEventSetFree(es)
-            except nv.NVMLError:
+                self._nvml.nvmlEventSetFree(es)
+            except self._nvml.NVMLError:
                 pass
+
+    def _wait_loop(self, es: Any) -> None:
+        nv = self._nvml
+        by_addr = {ctypes.cast(h, ctypes.c_void_p).value: i for i, h in self._handles.items()}
+        logged: set[int | None] = set()
+        while not self._stop.is_set():
+            try:
+                data = nv.nvmlEventSetWait_v2(es, self._wait_ms)
+            except nv.NVMLError as e:
+                code = getattr(e, "value", None)
+                if code != 10:  # NVML_ERROR_TIMEOUT just means nothing came
+                    if code not in logged:  # once per code: this loop runs 50 times a second
+                        logged.add(code)
+                        log.warning("nvmlEventSetWait_v2: %s", e)
+                    self._stop.wait(self._wait_ms / 1000.0)
+                continue
+            if not data.eventType & XID_CRITICAL:
+                continue
+            index = by_addr.get(ctypes.cast(data.device, ctypes.c_void_p).value)
+            if index is not None:
+                self._add(index, int(data.eventData), None, "nvml")
 
     def close(self) -> None:
         """Stop the event thread (waits at most one ``wait_ms`` slice) and the kmsg reader."""
