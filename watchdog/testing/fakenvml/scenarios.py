@@ -167,14 +167,14 @@ def readings(gpu: GpuSpec, index: int, t: float) -> dict[str, float]:
     power = gpu.idle_power_mw + 40_000 if dip else busy - 3_000 * index
     util = 0.0 if dip else 100.0
     tensor = 0.0 if dip else 62.0 + index
+    sm_mhz = float(gpu.max_sm_mhz if not dip else round(0.886 * gpu.max_sm_mhz))
     return {
         "util_gpu": util, "util_mem": 0.0 if dip else 41.0 + index,
-        "mem_used_mib": 72_000.0 + 100 * index,
+        "mem_used_mib": min(72_000.0 + 100 * index, 0.9 * gpu.memory_total_mib),
         "power_mw": float(power),
         "temp_gpu": 44.0 + 0.04 * (power / 1000.0) + index % 3,
         "temp_mem": 52.0 + index % 4,
-        "sm_mhz": 1980.0 if not dip else 1755.0, "mem_mhz": float(gpu.max_mem_mhz),
-        "gr_mhz": 1980.0 if not dip else 1755.0,
+        "sm_mhz": sm_mhz, "mem_mhz": float(gpu.max_mem_mhz), "gr_mhz": sm_mhz,
         "reasons": 0x1 if dip else (0x4 | 0x10 if power > 0.9 * gpu.power_limit_mw else 0x10),
         "pstate": 0.0,
         "energy_mj": 5.0e8 + t * (gpu.busy_power_mw * 0.8),
