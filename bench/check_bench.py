@@ -11,8 +11,11 @@ fake sits below nvidia-ml-py, so both tools go through the real binding)::
 budget in DESIGN.md is about. The default check samples for up to 2 s on purpose (counter
 deltas, XIDs, sustained conditions); it is timed too, so the cost of the burst is visible.
 Runs are interleaved (gpustat, check, check, gpustat, ...) so drift in machine load hits
-every command alike. Prints median and min wall time per command and the ratios
-check / gpustat (below 1.0 = check is faster). Bounded: about ``runs x 3`` seconds.
+every command alike. Prints median and min wall time per command, the ratios
+check / gpustat (below 1.0 = check is faster), and the median CPU time (user + sys) of the
+child process: gpustat sleeps 0.1 s per GPU that has processes (to measure their CPU use),
+so its wall time is mostly waiting, and the CPU column shows the work apart from that.
+Bounded: about ``runs x 3`` seconds.
 
 Usage: ``python bench/check_bench.py [--runs 15] [--scenario healthy]``
 """
@@ -22,6 +25,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import resource
 import statistics
 import subprocess
 import sys
@@ -32,17 +36,24 @@ def command(scenario: str, *tool: str) -> list[str]:
     return [sys.executable, "-m", "watchdog.testing.fakenvml", scenario, "--", *tool]
 
 
-def once(cmd: list[str], env: dict[str, str]) -> tuple[float, dict]:
-    """Wall seconds from process start to exit, and the parsed JSON it printed."""
+def _child_cpu() -> float:
+    ru = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return ru.ru_utime + ru.ru_stime
+
+
+def once(cmd: list[str], env: dict[str, str]) -> tuple[float, float, dict]:
+    """Wall and CPU seconds from process start to exit, and the parsed JSON it printed."""
+    cpu0 = _child_cpu()
     t0 = time.perf_counter()
     proc = subprocess.run(cmd, capture_output=True, text=True, env=env, check=False)
     elapsed = time.perf_counter() - t0
+    cpu = _child_cpu() - cpu0
     try:
         doc = json.loads(proc.stdout)
     except json.JSONDecodeError:
         raise SystemExit(f"{' '.join(cmd[3:])}: no JSON on stdout (rc {proc.returncode}): "
                          f"{proc.stderr.strip()[-300:]}") from None
-    return elapsed, doc
+    return elapsed, cpu, doc
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -60,7 +71,7 @@ def main(argv: list[str] | None = None) -> int:
     }
     # One untimed run each: fills the OS file cache alike, and validates the outputs.
     for name, cmd in cmds.items():
-        _, doc = once(cmd, env)
+        _, _, doc = once(cmd, env)
         if name.startswith("gpustat"):
             print(f"# {name}: {len(doc['gpus'])} GPUs")
         else:
@@ -68,17 +79,23 @@ def main(argv: list[str] | None = None) -> int:
             if doc["status"] == "UNKNOWN":
                 print(f"#   could not judge: {doc['problems'][0]['message']}")
     times: dict[str, list[float]] = {name: [] for name in cmds}
+    cpus: dict[str, list[float]] = {name: [] for name in cmds}
     for _ in range(args.runs):
         for name, cmd in cmds.items():
-            times[name].append(once(cmd, env)[0])
-    base_med = statistics.median(times["gpustat --json"])
-    base_min = min(times["gpustat --json"])
+            wall, cpu, _ = once(cmd, env)
+            times[name].append(wall)
+            cpus[name].append(cpu)
+    base = "gpustat --json"
+    base_med, base_min = statistics.median(times[base]), min(times[base])
+    base_cpu = statistics.median(cpus[base])
     print(f"# fake NVML scenario {args.scenario!r}, {args.runs} runs each, python "
-          f"{sys.version.split()[0]}")
-    print(f"{'command':44s} {'median s':>9s} {'min s':>7s} {'ratio med':>10s} {'ratio min':>10s}")
+          f"{sys.version.split()[0]}; wall = cold start to verdict, cpu = user+sys")
+    print(f"{'command':42s} {'wall med':>8s} {'wall min':>8s} {'ratio med':>9s} "
+          f"{'ratio min':>9s} {'cpu med':>8s} {'cpu ratio':>9s}")
     for name, ts in times.items():
-        med, lo = statistics.median(ts), min(ts)
-        print(f"{name:44s} {med:9.3f} {lo:7.3f} {med / base_med:10.2f} {lo / base_min:10.2f}")
+        med, lo, cpu = statistics.median(ts), min(ts), statistics.median(cpus[name])
+        print(f"{name:42s} {med:8.3f} {lo:8.3f} {med / base_med:9.2f} {lo / base_min:9.2f} "
+              f"{cpu:8.3f} {cpu / base_cpu:9.2f}")
     return 0
 
 

@@ -23,7 +23,7 @@ def check(capsys, *argv: str) -> tuple[int, dict]:
 @pytest.mark.parametrize(("spec", "rc", "kind"), [
     ("sim", 0, None),
     ("sim:comm_hang", 1, "hang"),
-    ("sim:thermal_throttle", 1, "clock_events"),
+    ("sim:thermal_throttle", (1, 2), "clock_events"),  # SW thermal, or HW thermal too
     ("sim:hw_slowdown", 2, "clock_events"),
     ("sim:memory_pressure", 1, "memory"),
     ("sim:gpu_lost", 2, "gpu_lost"),
@@ -36,7 +36,7 @@ def check(capsys, *argv: str) -> tuple[int, dict]:
 ])
 def test_injected_faults(capsys, spec, rc, kind):
     got, doc = check(capsys, "--source", spec)
-    assert (got, doc["exit_code"]) == (rc, rc)
+    assert got == doc["exit_code"] and got in (rc if isinstance(rc, tuple) else (rc,))
     assert {p["check"] for p in doc["problems"]} == ({kind} if kind else set())
     assert doc["source"] == spec and doc["gpu_count"] == 8
 

@@ -2,7 +2,8 @@
 
 Per source kind:
 
-* ``nvml``: the real wall clock; ``--duration`` of readings ``--interval`` apart.
+* ``nvml``: the real wall clock; readings ``--interval`` apart within ``--duration`` counted
+  from before NVML start-up (a slow start-up leaves fewer readings, not a longer check).
 * ``sim…``: a :class:`~watchdog.clock.ManualClock`, so the simulated node runs as fast as the
   CPU allows. Its history is placed so that the judged moment (``--at`` after its start) is
   now. The default ``--at`` comes from the scenario's ground truth: the last fault's onset
@@ -82,9 +83,10 @@ def probe(args: argparse.Namespace, clock: Clock | None = None) -> Verdict:
         burst, checked_at = _sim_burst(args, options)
     else:
         clock = clock or WallClock()
-        source = open_live(args.source, options, clock.now())
+        started = clock.now()  # the --duration budget includes NVML start-up
+        source = open_live(args.source, options, started)
         try:
-            burst = burst_live(source, clock, args.duration, args.interval)
+            burst = burst_live(source, clock, args.duration, args.interval, t0=started)
         finally:
             source.close()
         checked_at = clock.now()

@@ -41,23 +41,31 @@ def readings(duration: float, interval: float) -> int:
 
 
 def burst_live(source, clock: Clock, duration: float, interval: float,
-               devices: list[DeviceInfo] | None = None) -> Burst:
+               devices: list[DeviceInfo] | None = None, t0: float | None = None) -> Burst:
     """Read ``source`` (a :class:`~watchdog.sources.base.LiveSource`) for one burst.
 
+    Readings are due at ``t0 + k * interval`` (``t0`` defaults to now). ``t0`` may lie in
+    the past, e.g. the time before a slow NVML start-up: slots already missed are skipped
+    (but there is always a first reading), so the whole check still fits in ``duration``.
     ``devices`` is the inventory if the caller already has it (else ``source.devices()``).
     """
     inventory = list(devices if devices is not None else source.devices())
     out: dict[str, list[Sample]] = {d.uuid: [] for d in inventory}
-    t0 = clock.now()
-    first = last = t0
+    t0 = clock.now() if t0 is None else t0
+    first: float | None = None
+    last = t0
     for k in range(readings(duration, interval)):
-        clock.sleep_until(t0 + k * interval)
+        due = t0 + k * interval
+        if first is not None and due < clock.now():
+            continue  # a missed slot: reading now would run past the budget's end
+        clock.sleep_until(due)
         now = clock.now()
-        if k == 0:
+        if first is None:
             first = now
         for s in source.sample(now):
             out.setdefault(s.uuid, []).append(s)
         last = now
+    first = last if first is None else first
     return Burst(host=source.host, devices=inventory, samples=out, end=last, span=last - first)
 
 
