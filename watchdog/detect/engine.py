@@ -206,7 +206,7 @@ class Detector:
     def _gpu_block(self, g: _Gpu, rows: np.ndarray, cols: dict[str, np.ndarray],
                    metric_names: list[str]) -> GpuBlock | None:
         ts = cols["ts"][rows]
-        prev = np.maximum.accumulate(np.concatenate(([g.last_ts], ts)))
+        prev = np.fmax.accumulate(np.concatenate(([g.last_ts], ts)))
         keep = ~(ts <= prev[:-1])  # repeated or backwards for this GPU: dropped
         if not keep.all():
             self.dropped_samples += int((~keep).sum())
