@@ -183,36 +183,50 @@ def parse_timestamps(col: pd.Series, *, tz: str | None,
         texts = pd.Index([str(u).strip() for u in uniques], dtype=object)
     elif len(texts) and (texts.str.startswith(" ").any() or texts.str.endswith(" ").any()):
         texts = texts.str.strip()
-    parsed = None
+    secs = _utc_seconds(texts, tz)
+    table = np.append(secs, np.nan)
+    out = table[codes]
+    bad = np.isnan(out) | (out < _T_MIN) | (out > _T_MAX)
+    if bad.any():
+        row = int(np.flatnonzero(bad)[0])
+        text = "" if codes[row] < 0 else str(texts[codes[row]])[:40]
+        raise InputError(f"{where(row)}: column 'timestamp': not a time {text!r} "
+                         "(expected e.g. 2026/04/19 14:28:10.123 or ISO 8601)")
+    return out
+
+
+_T_MIN = 631_152_000.0  # 1990-01-01: anything earlier in a GPU log is garbage
+_T_MAX = 4_102_444_800.0  # 2100-01-01
+
+
+def _utc_seconds(texts: pd.Index, tz: str | None) -> np.ndarray:
+    """POSIX seconds per distinct text (NaN where it is not a time)."""
     for fmt in ("%Y/%m/%d %H:%M:%S.%f", "%Y/%m/%d %H:%M:%S", "ISO8601"):
         try:
             dt = pd.to_datetime(texts, format=fmt, utc=False)
-        except (ValueError, TypeError):
-            continue
-        parsed = dt
-        break
-    if parsed is None:
-        try:
-            parsed = pd.to_datetime(texts, format="mixed", utc=False)
+            if getattr(dt, "tz", None) is None:
+                dt = dt.tz_localize(tz or "UTC", ambiguous="NaT", nonexistent="NaT")
+            else:
+                dt = dt.tz_convert("UTC")
+            secs = dt.as_unit("us").asi8.astype(np.float64) / 1e6
+            secs[np.asarray(dt.isna())] = np.nan
+            return secs
         except (ValueError, TypeError, OverflowError):
-            bad_row = 0
-            for i, t in enumerate(texts):
-                try:
-                    pd.Timestamp(t)
-                except (ValueError, TypeError, OverflowError):
-                    bad_row = int(np.flatnonzero(codes == i)[0])
-                    break
-            raise InputError(f"{where(bad_row)}: column 'timestamp': not a time "
-                             f"{str(texts[codes[bad_row]])[:40]!r}") from None
-    if getattr(parsed, "tz", None) is None:
-        parsed = parsed.tz_localize(tz or "UTC", ambiguous="NaT", nonexistent="NaT")
-    else:
-        parsed = parsed.tz_convert("UTC")
-    secs = (parsed.as_unit("ns").asi8.astype(np.float64)) / 1e9
-    secs[np.asarray(parsed.isna())] = np.nan
-    table = np.append(secs, np.nan)
-    out = table[codes]
-    if len(out) and np.isnan(out).any():
-        row = int(np.flatnonzero(np.isnan(out))[0])
-        raise InputError(f"{where(row)}: column 'timestamp': missing or invalid time")
-    return out
+            continue
+    return np.array([_one_time(str(t), tz) for t in texts], dtype=np.float64)
+
+
+def _one_time(text: str, tz: str | None) -> float:
+    """Slow path for a column with mixed formats: one distinct text at a time."""
+    try:
+        return float(text)  # POSIX seconds
+    except ValueError:
+        pass
+    try:
+        t = pd.Timestamp(text)
+        if t is pd.NaT:
+            return math.nan
+        t = t.tz_localize(tz or "UTC") if t.tzinfo is None else t.tz_convert("UTC")
+        return float(t.timestamp())
+    except (ValueError, TypeError, OverflowError):
+        return math.nan

@@ -115,6 +115,14 @@ class _Lines:
         rows = nonblank[1:] if self._has_header else nonblank
         self._rows, self._commas = rows + 1, commas[rows]
 
+    def consistent(self, n_rows: int) -> bool:
+        """Whether pandas saw as many rows as there are data lines (no CR-only line ends,
+        no quoted newlines); only then do row numbers map onto lines."""
+        if self._rows is None:
+            self._compute()
+        assert self._rows is not None
+        return len(self._rows) == n_rows
+
     def line(self, row: int) -> int | None:
         """1-based file line of data row ``row``."""
         if self._rows is None:
@@ -178,9 +186,14 @@ def read(path: str, data: bytes, *, mapping: dict[str, str] | None, host: str,
         # (and stripped) per distinct value.
         with _warnings.catch_warnings():
             _warnings.simplefilter("ignore", pd.errors.DtypeWarning)
+            _warnings.simplefilter("error", pd.errors.ParserWarning)
             raw = pd.read_csv(io.BytesIO(body), header=0 if has_header else None,
                               index_col=False, skip_blank_lines=True, encoding="utf-8",
                               encoding_errors="replace", dtype=dtypes)
+    except pd.errors.ParserWarning:  # the first data row is longer than the header
+        ln = lines.line(0)
+        raise InputError(f"{path}:{ln if ln is not None else '?'}: more fields than the "
+                         f"header's {expected + 1} (mismatched columns)") from None
     except pd.errors.EmptyDataError:
         raise InputError(f"{path}: empty file (no data)") from None
     except pd.errors.ParserError as e:
@@ -194,8 +207,12 @@ def read(path: str, data: bytes, *, mapping: dict[str, str] | None, host: str,
     if raw.shape[1] != expected + 1:
         raise InputError(f"{path}:{first_no}: header has {expected + 1} fields but rows have "
                          f"{raw.shape[1]} (mismatched columns)")
-    if len(raw):
-        short = np.flatnonzero(raw.iloc[:, -1].isna().to_numpy())
+    short = np.flatnonzero(raw.iloc[:, -1].isna().to_numpy()) if len(raw) else []
+    if len(short) and not lines.consistent(len(raw)):
+        lines = _Lines(b"", has_header)  # line numbers unknown from here on
+        warnings.append(f"{path}: odd line endings or quoted newlines: line numbers unknown, "
+                        "short rows read as missing values")
+    elif len(short):
         for row in short[:100_000]:
             if lines.fields(int(row)) != expected + 1:
                 raise InputError(f"{where(int(row))}: {lines.fields(int(row))} fields, expected "
