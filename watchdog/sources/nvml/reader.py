@@ -13,6 +13,7 @@ temperature, energy and the NVLink error totals (all links) come from one
 
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import Any
 
 from watchdog.model import ProcessInfo
@@ -77,6 +78,7 @@ class DeviceReader:
         # again, which keeps a sample of an old GPU cheap. And fields read via the old API.
         self.skip: set[str] = set()
         self.older: set[str] = set()
+        self.procs: dict[int, ProcessInfo] = {}  # pid -> /proc details seen last tick
 
     def call(self, field: str, name: str, *args: Any, **kwargs: Any) -> Any:
         """``pynvml.<name>(handle, *args)``; None when missing; raises GpuLost."""
@@ -209,10 +211,16 @@ class DeviceReader:
         if procs is None:
             return None
         out = []
+        known: dict[int, ProcessInfo] = {}
         for p in procs:
             mem = p.usedGpuMemory
             mib = None if mem is None or mem == NOT_AVAILABLE_ULL else mem / MiB
-            out.append(describe(int(p.pid), mib, self.proc_root))
+            pid = int(p.pid)
+            # name, job and container are fixed for a pid's life: read /proc once per pid
+            info = self.procs.get(pid) or describe(pid, None, self.proc_root)
+            known[pid] = info
+            out.append(replace(info, used_memory_mib=mib))
+        self.procs = known
         return tuple(out)
 
 
