@@ -65,6 +65,7 @@ class Fault:
         self.job = job
         self.where = where
         self.params: dict[str, Any] = {}
+        self._bases = {g: noise.key(job.seed, _S_FAULT, g) for g in gpus}
         self.configure(params)
 
     def configure(self, params: dict[str, str]) -> None:
@@ -107,7 +108,8 @@ class Fault:
                 "onset": self.onset, "end": self.end, "params": dict(self.params)}
 
     def u(self, g: int, tk: int) -> float:
-        return noise.unit(self.job.seed, _S_FAULT, g, tk)
+        """Uniform noise in [0, 1) for GPU ``g`` at tick ``tk`` (same for every fault)."""
+        return noise.unit_at(self._bases[g], tk)
 
 
 class CommHang(Fault):

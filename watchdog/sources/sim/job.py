@@ -106,6 +106,10 @@ class TrainingJob:
         pid0 = 2000 + noise.key(s, _S_PID) % 60000
         self.pids = [pid0 + 7 * g for g in range(n)]
         self.slurm_job_id = str(100000 + noise.key(s, _S_JOB) % 900000)
+        # per-GPU noise bases for the per-tick draws (see noise.unit_at)
+        self._b_pow, self._b_gpm, self._b_util, self._b_udip, self._b_sync, self._b_mem = (
+            [noise.key(s, stream, g) for g in range(n)]
+            for stream in (_S_POW, _S_GPM, _S_UTIL, _S_UDIP, _S_SYNC, _S_MEM))
 
     # --- job-level schedule (shared by every GPU at time t) ---------------------------
 
@@ -150,19 +154,18 @@ class TrainingJob:
     def state(self, g: int, t: float, phase: tuple[int, bool, bool], tk: int) -> GpuState:
         """The healthy state of GPU ``g`` at ``t`` in ``phase``; ``tk`` is the noise tick."""
         m = self.model
-        s = self.seed
         st = GpuState()
         st.tau_s = m.tau_s
         st.pcie_gen = m.pcie_max_gen
         st.pcie_width = m.pcie_max_width
         hold = self.hold_frac[g] * m.memory_total_mib
         kind, high, dip = phase
-        u = noise.unit(s, _S_POW, g, tk)
+        u = noise.unit_at(self._b_pow[g], tk)
         if kind == TRAIN:
-            st.mem_used = hold + noise.uniform(-40.0, 40.0, s, _S_MEM, g, tk // 100)
+            st.mem_used = hold + -40.0 + 80.0 * noise.unit_at(self._b_mem[g], tk // 100)
             st.util = 100.0
             st.sm_mhz = m.max_sm_mhz
-            g_act = noise.unit(s, _S_GPM, g, tk)
+            g_act = noise.unit_at(self._b_gpm[g], tk)
             if high:
                 st.power = m.busy_high_w * (1.0 + self.busy_off[g] * 0.3) + 6.0 * (u - 0.5)
                 st.mem_util = 35.0 + 20.0 * g_act
@@ -176,26 +179,26 @@ class TrainingJob:
                 st.tensor, st.dram = 8.0 + 12.0 * g_act, 20.0 + 15.0 * g_act
                 sync_p = 0.35
             if dip:  # node-wide micro-dip (data loading / logging step)
-                f = noise.uniform(0.80, 0.93, s, _S_UTIL, g, tk)
+                f = 0.80 + 0.13 * noise.unit_at(self._b_util[g], tk)
                 st.util = round(100.0 * f)
                 st.power *= 0.5 + 0.5 * f
                 st.sm_act *= f
                 st.tensor *= f
-            elif noise.unit(s, _S_UDIP, g, tk) < 0.04:  # short per-GPU utilization dip
-                st.util = 100.0 - round(noise.uniform(3.0, 20.0, s, _S_UTIL, g, tk))
+            elif noise.unit_at(self._b_udip[g], tk) < 0.04:  # short per-GPU utilization dip
+                st.util = 100.0 - round(3.0 + 17.0 * noise.unit_at(self._b_util[g], tk))
                 st.power *= 0.9 + 0.1 * st.util / 100.0
             if st.power >= 0.975 * m.power_limit_w:
                 st.power = min(st.power, m.power_limit_w - 1.0 * u)
                 st.reasons |= R.SW_POWER_CAP
                 st.sm_mhz = m.max_sm_mhz * (0.84 + 0.06 * g_act)
-            if self.n > 1 and noise.unit(s, _S_SYNC, g, tk) < sync_p:
+            if self.n > 1 and noise.unit_at(self._b_sync[g], tk) < sync_p:
                 st.reasons |= R.SYNC_BOOST
             st.pcie_tx = 3.0e5 + 1.2e6 * u
             st.pcie_rx = 3.0e5 + 1.2e6 * (1.0 - u)
         elif kind == STARTUP:
             frac = t / self.startup_s
             st.mem_used = 500.0 + (hold - 500.0) * frac
-            st.util = 1.0 if noise.unit(s, _S_UTIL, g, tk) < 0.3 else 0.0
+            st.util = 1.0 if noise.unit_at(self._b_util[g], tk) < 0.3 else 0.0
             st.power = m.startup_w * (0.85 + 0.3 * u)
             st.sm_mhz = m.max_sm_mhz
             st.sm_act = 1.0 * u

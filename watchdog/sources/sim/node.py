@@ -52,6 +52,7 @@ class SimNode:
         self.replay_base = [float(noise.key(job.seed, _S_REPLAY, g) % 8) for g in range(n)]
         self.ecc_base = [float(noise.key(job.seed, _S_ECC_BASE, g) % 3) for g in range(n)]
         self._ecc_cum: list[list[int]] = [[0] for _ in range(n)]  # events before bucket b
+        self._ecc_at: list[list[float | None]] = [[] for _ in range(n)]  # event time in b
 
     # --- state at one instant ---------------------------------------------------------
 
@@ -151,12 +152,14 @@ class SimNode:
         """Corrected ECC errors by ``t``: base + about one per GPU every four hours."""
         b = int(t // ECC_BUCKET_S)
         cum = self._ecc_cum[g]
+        when = self._ecc_at[g]
         seed = self.job.seed
-        while len(cum) <= b:  # extend the cumulative count bucket by bucket (cached)
+        while len(cum) <= b + 1:  # per bucket: the event time or None, cumulative counts
             i = len(cum) - 1
-            cum.append(cum[-1] + (noise.unit(seed, _S_ECC, g, i) < 0.25))
-        n = cum[b]
-        if noise.unit(seed, _S_ECC, g, b) < 0.25:
-            at = b * ECC_BUCKET_S + noise.uniform(0.0, ECC_BUCKET_S, seed, _S_ECC + 1, g, b)
-            n += t >= at
-        return self.ecc_base[g] + n
+            at = None
+            if noise.unit(seed, _S_ECC, g, i) < 0.25:
+                at = i * ECC_BUCKET_S + noise.uniform(0.0, ECC_BUCKET_S, seed, _S_ECC + 1, g, i)
+            when.append(at)
+            cum.append(cum[-1] + (at is not None))
+        at = when[b]
+        return self.ecc_base[g] + cum[b] + (at is not None and t >= at)

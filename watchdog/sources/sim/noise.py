@@ -50,6 +50,12 @@ def gauss(seed: int, *parts: int) -> float:
     return math.sqrt(-2.0 * math.log(u1)) * math.cos(2.0 * math.pi * u2)
 
 
+def unit_at(base: int, tk: int) -> float:
+    """Uniform in [0, 1) for a precomputed ``base = key(seed, stream, gpu)`` and tick ``tk``:
+    one mix per draw on the hot path instead of one per key part."""
+    return (mix(base ^ tk) >> 11) * _INV
+
+
 def tick(t: float) -> int:
     """The 0.1 s bucket of time ``t`` (s); the epsilon absorbs float error in ``k * dt``."""
     return math.floor(t * 10.0 + 1e-6)
