@@ -33,10 +33,12 @@ MISSING_TEXT = frozenset({"", "n/a", "[n/a]", "[not supported]", "not supported"
 _NUM = re.compile(r"^\s*([-+]?(?:\d+\.?\d*|\.\d+)(?:[eE][-+]?\d+)?)\s*([A-Za-z%/]*)\s*$")
 
 # Plausible ranges per unit (inclusive). Values outside are treated as missing + warning.
-# Power allows 20 kW so that a whole-node BMC reading mapped onto a pseudo-GPU still loads.
+# Power allows 20 kW so that a whole-node BMC reading mapped onto a pseudo-GPU still loads;
+# its floor is just above 0 because a powered board never reads exactly 0 W, while
+# loggers write 0 for a failed read (the ciscoaiteam BMC log does: "jq '.Reading // 0'").
 RANGES: dict[str, tuple[float, float]] = {
     "%": (0.0, 100.0),
-    "W": (0.0, 20_000.0),
+    "W": (1e-6, 20_000.0),
     "C": (-40.0, 200.0),
     "MHz": (0.0, 20_000.0),
     "MiB": (0.0, 1.0e8),
