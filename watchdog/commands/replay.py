@@ -212,6 +212,8 @@ def replay(args: argparse.Namespace) -> tuple[list[Replayed], Any]:
     out: list[Replayed] = []
     for path in args.paths:
         rec = open_input(path, args, mapping)
+        for line in getattr(rec, "warnings", ()) or ():  # data the reader dropped/repaired
+            print(f"watchdog: warning: {line}", file=sys.stderr)
         host = args.host or rec.host
         with Progress(len(rec.frame), Path(path).name, show) as bar:
             incidents = detect(rec, rules, host=host, block_rows=args.block_rows,
@@ -255,6 +257,9 @@ def run(args: argparse.Namespace) -> int:
         from watchdog.report.plot import plot_timeline
 
         for r, target in zip(results, plot_paths(args.plot, len(results)), strict=True):
+            if len(r.frame) == 0:
+                print(f"watchdog: {r.path}: no samples, no timeline drawn", file=sys.stderr)
+                continue
             plot_timeline(r.frame, r.incidents, target, title=f"{r.host}  {r.path}")
             print(f"watchdog: timeline written to {target}", file=sys.stderr)
     if args.fail_on is not None:
