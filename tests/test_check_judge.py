@@ -109,9 +109,10 @@ class TestLostAndErrors:
         v = J.judge([H100], {}, host="n", checked_at=0.0)
         assert checks(v) == {"gpu_lost": Status.CRITICAL}
 
-    def test_nvml_timeout_is_critical(self):
-        s = burst(BUSY, errors=("nvmlDeviceGetPowerUsage: timed out after 2.0 s",))
-        assert checks(verdict(s)) == {"nvml_timeout": Status.CRITICAL}
+    @pytest.mark.parametrize("error", ["nvmlDeviceGetPowerUsage: timed out after 2.0 s",
+                                       "nvmlDeviceGetPowerUsage did not return within 2 s"])
+    def test_nvml_timeout_is_critical(self, error):
+        assert checks(verdict(burst(BUSY, errors=(error,)))) == {"nvml_timeout": Status.CRITICAL}
 
     def test_other_nvml_error_is_unknown(self):
         v = verdict(burst(BUSY, errors=("nvmlDeviceGetTemperature: Unknown Error",)))
@@ -211,6 +212,39 @@ class TestPcie:
         s = burst({**BUSY, "pcie.link.gen.current": 2.0},
                   per_reading=[{"utilization.gpu": 0.0}])
         assert verdict(s).problems == []
+
+
+class TestLinkErrors:
+    def test_pcie_replays_above_the_spec_rate_are_a_warning(self):
+        """Gen 5 x16 allows 1.92 x 16 = 30.7 replays/min; 45 in 1.5 s is far beyond."""
+        s = burst(BUSY, per_reading=[{"pcie.replay_counter": 100.0 + 15 * k} for k in range(4)])
+        v = verdict(s)
+        assert checks(v) == {"pcie": Status.WARNING}
+        assert "45 PCIe replays in 1.5 s (link allows 30.7/min)" in v.problems[0].message
+        few = burst(BUSY, per_reading=[{"pcie.replay_counter": 100.0 + 5 * k} for k in range(4)])
+        assert verdict(few).problems == []
+
+    def test_pcie_replays_within_the_spec_rate_and_counter_resets_are_normal(self):
+        ok = burst(BUSY, per_reading=[{"pcie.replay_counter": 1000.0 + (k == 3)}
+                                      for k in range(4)])
+        assert verdict(ok).problems == []
+        reset = burst(BUSY, per_reading=[{"pcie.replay_counter": 9e6 if k < 2 else 0.0}
+                                         for k in range(4)])
+        assert verdict(reset).problems == []
+
+    def test_nvlink_recovery_growth_is_critical_and_crc_growth_a_warning(self):
+        rec = burst(BUSY, per_reading=[{"nvlink.errors.recovery": float(k > 1)}
+                                       for k in range(4)])
+        assert checks(verdict(rec)) == {"nvlink": Status.CRITICAL}
+        crc = burst(BUSY, per_reading=[{"nvlink.errors.crc_flit": 10.0 + k} for k in range(4)])
+        assert checks(verdict(crc)) == {"nvlink": Status.WARNING}
+        storm = burst(BUSY, per_reading=[{"nvlink.errors.crc_data": 500.0 * k}
+                                         for k in range(4)])
+        assert checks(verdict(storm)) == {"nvlink": Status.CRITICAL}
+
+    def test_steady_nvlink_counters_are_normal(self):
+        assert verdict(burst({**BUSY, "nvlink.errors.replay": 42.0,
+                              "nvlink.errors.crc_flit": 7.0})).problems == []
 
 
 class TestMemory:

@@ -93,6 +93,16 @@ RETIRED_PAGES_MAX = 63
 REMAPPED_UNCORRECTABLE_MAX = 512
 """DCGM warns at 512 or more rows remapped for uncorrectable errors."""
 
+PCIE_BER = 1e-12
+"""Bit error rate the PCIe spec allows; DCGM's expected replay rate per lane is
+BER x transfer rate x 60 s (gen 1: 0.15, gen 5: 1.92 replays/min/lane)."""
+
+PCIE_GT_PER_S = {1: 2.5, 2: 5.0, 3: 8.0, 4: 16.0, 5: 32.0, 6: 64.0}
+"""Transfer rate (GT/s per lane) of each PCIe generation."""
+
+NVLINK_CRC_FAIL_PER_S = 100.0
+"""DCGM fails a GPU at 100 or more NVLink CRC errors per second (any is a warning)."""
+
 # Reason bits that are never a problem on their own, and the hang test's "no throttle".
 _HW_BITS = reasons.HW_SLOWDOWN | reasons.HW_THERMAL | reasons.HW_POWER_BRAKE
 _HANG_FORBIDDEN_BITS = (reasons.GPU_IDLE | reasons.APPLICATIONS_CLOCKS | reasons.SW_POWER_CAP
@@ -108,7 +118,7 @@ class Problem:
 
     severity: Status
     check: str  # gpu_count | gpu_lost | nvml_timeout | nvml_error | xid | ecc | clock_events
-    #            | pcie | memory | hang
+    #            | pcie | nvlink | memory | hang
     message: str
     gpu: int | None = None
     uuid: str | None = None
@@ -297,6 +307,49 @@ def check_pcie(samples: Sequence[Sample], device: DeviceInfo | None) -> list[Pro
     return out
 
 
+def _delta(samples: Sequence[Sample], name: str) -> float | None:
+    """Growth of counter ``name`` over the burst; None when unknown or reset."""
+    vals = [(s.ts, v) for s in samples if (v := s.get(name)) is not None]
+    if len(vals) < 2 or vals[-1][1] < vals[0][1]:
+        return None
+    return vals[-1][1] - vals[0][1]
+
+
+def check_link_errors(samples: Sequence[Sample], device: DeviceInfo | None) -> list[Problem]:
+    """PCIe replays above the spec's error rate, NVLink errors growing (DCGM's thresholds).
+
+    PCIe: more replays during the burst than BER 1e-12 allows per minute for the link's
+    generation and width is a WARNING (a marginal link). NVLink: replay or recovery errors
+    growing is CRITICAL, CRC errors growing a WARNING (CRITICAL at 100/s or more).
+    """
+    out = []
+    span = samples[-1].ts - samples[0].ts if samples else 0.0
+    replays = _delta(samples, "pcie.replay_counter")
+    last = samples[-1]
+    gen = last.get("pcie.link.gen.current") or (device.pcie_max_gen if device else None)
+    width = last.get("pcie.link.width.current") or (device.pcie_max_width if device else None)
+    if replays and span > 0 and gen and width:
+        per_min = PCIE_BER * PCIE_GT_PER_S.get(int(gen), 64.0) * 1e9 * 60 * width
+        # More in a few seconds than the spec allows in a whole minute: unambiguous even
+        # for a burst too short to measure a per-minute rate.
+        if replays > per_min:
+            out.append(Problem(Status.WARNING, "pcie",
+                               f"{replays:.0f} PCIe replays in {span:.1f} s (link allows "
+                               f"{per_min:.1f}/min): marginal link"))
+    grown = {n: d for n in ("nvlink.errors.replay", "nvlink.errors.recovery")
+             if (d := _delta(samples, n))}
+    if grown:
+        words = ", ".join(f"{n.rsplit('.', 1)[1]} +{d:.0f}" for n, d in grown.items())
+        out.append(Problem(Status.CRITICAL, "nvlink", f"NVLink errors growing: {words}"))
+    crc = sum(d for n in ("nvlink.errors.crc_flit", "nvlink.errors.crc_data")
+              if (d := _delta(samples, n)))
+    if crc:
+        fast = span > 0 and crc / span >= NVLINK_CRC_FAIL_PER_S
+        out.append(Problem(Status.CRITICAL if fast else Status.WARNING, "nvlink",
+                           f"NVLink CRC errors growing: +{crc:.0f} in {span:.1f} s"))
+    return out
+
+
 def _mem_fraction(s: Sample, device: DeviceInfo | None) -> float | None:
     used = s.get("memory.used")
     total = s.get("memory.total") or (device.memory_total_mib if device else None)
@@ -363,6 +416,7 @@ def judge_gpu(device: DeviceInfo | None, index: int, uuid: str,
         live = [s for s in samples if not s.lost]
         problems = [*check_errors(live), *check_xids(samples), *check_ecc(live[-1]),
                     *check_clock_events(live, device), *check_pcie(live, device),
+                    *check_link_errors(live, device),
                     *check_memory(live, device), *check_hang(live, device)]
     else:
         problems += check_xids(samples)
