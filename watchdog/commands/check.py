@@ -17,10 +17,13 @@ exit codes (Nagios plugin convention; usable as a Slurm HealthCheckProgram, an N
 or a Kubernetes exec probe):
   0 OK        every GPU healthy
   1 WARNING   look at it: SW thermal slowdown, pending row remap, application XID
-              (13, 31, 43...), PCIe link degraded, memory at the limit, hang signature
+              (13, 31, 43...), PCIe link narrow / slow while busy / replaying, NVLink
+              CRC errors, memory at the limit, hang signature (a short check cannot
+              tell a hung collective from a checkpoint wait)
   2 CRITICAL  drain it: fewer GPUs than --expect-gpus (or none), GPU lost, fatal XID
               (48, 79, 94, 95, 119, 120, 140...), uncorrectable ECC, row-remap failure,
-              HW slowdown for the whole check, NVML call timed out (wedged driver)
+              HW slowdown for the whole check, NVLink replay/recovery errors growing,
+              NVML call timed out (wedged driver)
   3 UNKNOWN   could not judge: no NVML library or driver, NVML init failed, an NVML read
               error on a GPU, a bad command line or --source path, an internal error.
               Bad input is UNKNOWN here (not 2 as in other commands): a typo in a probe's
