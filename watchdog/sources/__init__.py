@@ -26,6 +26,7 @@ class SourceOptions:
     sim_model: str = "h100-sxm"
     sim_seed: int = 0
     call_timeout: float = 2.0
+    tz: str | None = None  # zone of naive log timestamps (replay); None = UTC
 
 
 def kind_of(spec: str) -> str:
@@ -70,4 +71,4 @@ def open_recorded(path: str, options: SourceOptions):
         raise InputError(f"{path}: no such file")
     from watchdog.sources.replay import open_log
 
-    return open_log(path, mapping=options.mapping or None, host=options.host)
+    return open_log(path, mapping=options.mapping or None, host=options.host, tz=options.tz)
