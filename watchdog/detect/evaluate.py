@@ -97,7 +97,7 @@ class Evaluator:
             win = self.windows.get(node.key)
             if win is None:
                 win = self.windows[node.key] = Window(node.fn, node.window)
-            got = win.update(g.uuid, g.ts, g.d, arg)
+            got = win.update(g.uuid, g.ts, g.d, arg, g.starts)
         else:
             got = _apply(node, [self.sample(c, g) for c in _kids(node)])
         g.cache[key] = got
@@ -138,11 +138,8 @@ class Evaluator:
             g = blocks.get(uuid)
             if g is not None and len(g):
                 vals = np.ones(len(g)) if node is None else self.sample(node, g)
-                idx = np.searchsorted(g.ts, ticks, side="right") - 1
-                have = idx >= 0
-                idx_c = np.where(have, idx, 0)
+                have, idx_c, st = self._asof_index(g, ticks, last_ts)
                 v = np.where(have, vals[idx_c], last_v)
-                st = np.where(have, g.ts[idx_c], last_ts)
                 self._asof[(key, uuid)] = (float(g.ts[-1]), float(vals[-1]))
             else:
                 v = np.full(len(ticks), last_v)
@@ -151,6 +148,20 @@ class Evaluator:
                 fresh = (ticks - st) <= self.max_gap
             out[:, j] = np.where(fresh, v, NAN)
         return out
+
+
+    @staticmethod
+    def _asof_index(g: GpuBlock, ticks: np.ndarray,
+                    last_ts: float) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """Per tick: has the GPU a sample in this block at/before it, its index, its time."""
+        got = g.asof
+        if got is None or got[0] is not ticks:
+            idx = np.searchsorted(g.ts, ticks, side="right") - 1
+            have = idx >= 0
+            idx_c = np.where(have, idx, 0)
+            got = g.asof = (ticks, have, idx_c, g.ts[idx_c])
+        _, have, idx_c, st = got
+        return have, idx_c, np.where(have, st, last_ts)
 
 
 def _kids(node: Node) -> list[Node]:

@@ -61,6 +61,8 @@ class GpuBlock:
         self.xid_count = xid_count
         self.learned = learned
         self.cache: dict[str, np.ndarray] = {}
+        self.starts: dict[float, np.ndarray] = {}  # window start indices per width
+        self.asof: tuple | None = None  # node-grid mapping cache (see evaluate)
 
     def __len__(self) -> int:
         return len(self.ts)
@@ -135,8 +137,10 @@ class GpuBlock:
     def _learn_power(self) -> None:
         """Running idle (min) and busy (max) 30 s mean power, gated by 30 s mean util."""
         lr = self.learned
-        util = lr.util_mean.update(self.uuid, self.ts, self.d, self.metric("utilization.gpu"))
-        power = lr.power_mean.update(self.uuid, self.ts, self.d, self.metric("power.draw"))
+        util = lr.util_mean.update(self.uuid, self.ts, self.d, self.metric("utilization.gpu"),
+                                   self.starts)
+        power = lr.power_mean.update(self.uuid, self.ts, self.d, self.metric("power.draw"),
+                                     self.starts)
         idle_cand = np.where(util < IDLE_UTIL_PCT, power, NAN)
         busy_cand = np.where(util > BUSY_UTIL_PCT, power, NAN)
         idle = np.fmin.accumulate(np.concatenate(([lr.idle_w], idle_cand)))

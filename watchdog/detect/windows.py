@@ -47,11 +47,14 @@ class Window:
         self.width = float(width)
         self._tails: dict[str, _Tail] = {}
 
-    def update(self, gpu: str, ts: np.ndarray, d: np.ndarray, x: np.ndarray) -> np.ndarray:
+    def update(self, gpu: str, ts: np.ndarray, d: np.ndarray, x: np.ndarray,
+               starts: dict[float, np.ndarray] | None = None) -> np.ndarray:
         """Statistic at each new sample of ``gpu``.
 
         ``ts`` (s, strictly increasing, later than every earlier sample of this GPU),
         ``d`` (weights, s) and ``x`` (values, NaN = missing) are the new samples only.
+        ``starts`` caches window start indices per width for one GPU and block: windows of
+        the same width carry the same tail, so their starts are the same.
         """
         n_new = len(ts)
         if n_new == 0:
@@ -59,10 +62,15 @@ class Window:
         tail = self._tails.setdefault(gpu, _Tail())
         kind = self.kind
         t_all = np.concatenate((tail.ts, ts))
-        x_all = np.concatenate((tail.x, x))
+        needs_x = kind in ("min", "max", "last", "slope")
+        x_all = np.concatenate((tail.x, x)) if needs_x else x
         n_tail = len(tail.ts)
         e = np.arange(n_tail, n_tail + n_new)
-        s = np.searchsorted(t_all, ts - self.width, side="right")
+        s = None if starts is None else starts.get(self.width)
+        if s is None or len(s) != n_new:
+            s = np.searchsorted(t_all, ts - self.width, side="right")
+            if starts is not None:
+                starts[self.width] = s
 
         valid = ~np.isnan(x)
         terms: dict[str, np.ndarray] = {}
@@ -76,14 +84,19 @@ class Window:
             terms = {"inc": self._increments(tail, x, valid)}
         full: dict[str, np.ndarray] = {}
         for name, term in terms.items():
-            before = tail.pre[name][-1] if n_tail else tail.base.get(name, 0.0)
-            new_pre = np.cumsum(np.concatenate(([before], term)))
-            full[name] = np.concatenate(([tail.base.get(name, 0.0)],
-                                         tail.pre.get(name, np.empty(0)), new_pre[1:]))
+            # [base, tail prefixes..., new prefixes...]; the new part is one sequential
+            # cumsum continuing from the last carried prefix (bit-identical to tick mode)
+            p = np.empty(1 + n_tail + n_new)
+            p[0] = tail.base.get(name, 0.0)
+            if n_tail:
+                p[1:1 + n_tail] = tail.pre[name]
+            p[1 + n_tail:] = term
+            np.cumsum(p[n_tail:], out=p[n_tail:])
+            full[name] = p
 
         def wsum(name: str) -> np.ndarray:
             p = full[name]
-            return p[e + 1] - p[s]
+            return p[n_tail + 1:] - p[s]
 
         with np.errstate(invalid="ignore", divide="ignore"):
             if kind == "mean":
@@ -119,7 +132,7 @@ class Window:
         # keep what a later window can still see: ts > last - width
         keep = int(np.searchsorted(t_all, t_all[-1] - self.width, side="right"))
         tail.ts = t_all[keep:]
-        tail.x = x_all[keep:]
+        tail.x = x_all[keep:] if needs_x else np.empty(0)
         for name, p in full.items():
             tail.base[name] = float(p[keep])
             tail.pre[name] = p[keep + 1:]
