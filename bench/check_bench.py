@@ -8,7 +8,7 @@ fake sits below nvidia-ml-py, so both tools go through the real binding)::
     python -m watchdog.testing.fakenvml healthy -- watchdog check --json
 
 ``--duration 0`` is one reading, like gpustat's one read: the like-for-like comparison the
-budget in DESIGN.md is about. The default check samples for up to 2 s on purpose (counter
+budget in DESIGN.md is about. The default check samples for 1 s (4 readings) on purpose (counter
 deltas, XIDs, sustained conditions); it is timed too, so the cost of the burst is visible.
 Runs are interleaved (gpustat, check, check, gpustat, ...) so drift in machine load hits
 every command alike. Prints median and min wall time per command, the ratios
@@ -66,7 +66,7 @@ def main(argv: list[str] | None = None) -> int:
         "gpustat --json": command(args.scenario, "gpustat", "--json"),
         "watchdog check --json --duration 0": command(args.scenario, "watchdog", "check",
                                                        "--json", "--duration", "0"),
-        "watchdog check --json (default 2 s burst)": command(args.scenario, "watchdog",
+        "watchdog check --json (default 1 s burst)": command(args.scenario, "watchdog",
                                                              "check", "--json"),
     }
     # One untimed run each: fills the OS file cache alike, and validates the outputs.

@@ -71,11 +71,11 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--json", action="store_true", help="print one JSON object instead of a table")
     p.add_argument("--expect-gpus", type=_count, default=None, metavar="N",
                    help="CRITICAL when fewer GPUs are found (WARNING when more)")
-    p.add_argument("--duration", type=_duration, default=2.0, metavar="DURATION",
-                   help="how long to sample (default 2s; 0 = a single reading); for a log, "
+    p.add_argument("--duration", type=_duration, default=1.0, metavar="DURATION",
+                   help="how long to sample (default 1s; 0 = a single reading); for a log, "
                         "how much of its end to judge")
-    p.add_argument("--interval", type=_duration, default=0.5, metavar="DURATION",
-                   help="time between readings (default 0.5s)")
+    p.add_argument("--interval", type=_duration, default=0.25, metavar="DURATION",
+                   help="time between readings (default 0.25s: 4 readings in the default 1s)")
     p.add_argument("--call-timeout", type=_duration, default=2.0, metavar="DURATION",
                    help="deadline for each NVML call (default 2s); a call that misses it "
                         "is a wedged driver: CRITICAL")
