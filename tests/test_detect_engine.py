@@ -115,6 +115,10 @@ def random_frame(seed: int, n_gpus: int = 4, n_ticks: int = 200) -> tuple[pd.Dat
                 row["power.draw"] = math.nan
             rows.append(row)
     frame = pd.DataFrame(rows).sort_values(["ts", "index"], kind="stable")
+    if n_gpus > 2:  # GPU 2 vanishes for a while (no rows, no lost flag) and comes back
+        a = int(rng.integers(0, n_ticks // 2))
+        gone = (frame["index"] == 2) & frame["ts"].between(ticks[a], ticks[a + n_ticks // 3])
+        frame = frame[~gone]
     frame = frame.reset_index(drop=True)
     for m in METRICS:
         frame.loc[frame["lost"], m] = math.nan
@@ -148,7 +152,7 @@ def by_ticks(frame: pd.DataFrame, xids: list[XidEvent]) -> Detector:
     for ts, group in frame.groupby("ts", sort=True):
         samples = []
         for r in group.to_dict("records"):
-            vals = {m: (None if math.isnan(r[m]) else r[m]) for m in METRICS}
+            vals = {m: (None if math.isnan(r[m]) else r[m]) for m in METRICS if m in r}
             mine = tuple(x for x in xids if x.uuid == r["uuid"] and x.ts == r["ts"])
             samples.append(Sample(ts=r["ts"], uuid=r["uuid"], index=r["index"],
                                   values={} if r["lost"] else vals, lost=r["lost"], xids=mine))
@@ -337,3 +341,23 @@ def test_feed_frame_holds_back_the_last_tick_until_finish() -> None:
     det.feed_frame(frame)
     assert det.incidents == []
     assert [i.kind for i in det.finish()] == ["gpu_lost"]
+
+
+def test_vanished_gpu_is_lost_until_it_reports_again() -> None:
+    frame = steady(2, 100)
+    frame = frame[(frame["index"] == 0) | (frame["ts"] < T0 + 20) | (frame["ts"] >= T0 + 80)]
+    det = Detector(RULES, "h", devices(2))
+    det.feed_frame(frame)
+    (inc,) = det.finish()
+    # last sample at 19 s; first tick more than 30 s later is 50 s; back at 80 s
+    assert (inc.kind, inc.gpus, inc.fired_at - T0, inc.resolved_at - T0) == (
+        "gpu_lost", ["1"], 50.0, 80.0)
+    ticks = by_ticks(frame, [])
+    assert summary_of(ticks) == summary_of(det)
+
+
+def test_end_of_input_is_not_a_vanished_gpu() -> None:
+    det = Detector(RULES, "h", devices(2))
+    det.feed_frame(steady(2, 50))
+    det.feed_frame(steady(2, 200).iloc[200:])  # both GPUs resume after a 50 s pause
+    assert det.finish() == []

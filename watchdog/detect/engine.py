@@ -19,6 +19,7 @@ from watchdog import catalogue
 from watchdog.detect.evaluate import Evaluator, truth
 from watchdog.detect.grouping import make_incident, members, node_value
 from watchdog.detect.loader import Rule, RuleSet
+from watchdog.detect.presence import vanish_times
 from watchdog.detect.signals import GpuBlock, GpuLearned
 from watchdog.detect.state import EntityState, Machine
 from watchdog.incident import Incident
@@ -184,6 +185,14 @@ class Detector:
         codes, uniq = pd.factorize(cols["uuid"])
         order = np.argsort(codes, kind="stable")
         bounds = np.searchsorted(codes[order], np.arange(len(uniq) + 1))
+        extra = self._vanished(cols, uniq, order, bounds)
+        if extra is not None:
+            cols = _concat(cols, extra)
+            by_ts = np.argsort(cols["ts"], kind="stable")
+            cols = {k: v[by_ts] for k, v in cols.items()}
+            codes, uniq = pd.factorize(cols["uuid"])
+            order = np.argsort(codes, kind="stable")
+            bounds = np.searchsorted(codes[order], np.arange(len(uniq) + 1))
         blocks: dict[str, GpuBlock] = {}
         metric_names = [k for k in cols if k in catalogue.BY_NAME]
         for ci, uuid in enumerate(uniq):
@@ -202,6 +211,27 @@ class Detector:
                 active[rule.name] = self._run_gpu_rule(rule, blocks, active)
             else:
                 active[rule.name] = self._run_node_rule(rule, ticks, gpus, blocks, active)
+
+    def _vanished(self, cols: dict[str, np.ndarray], uniq: Any, order: np.ndarray,
+                  bounds: np.ndarray) -> dict[str, np.ndarray] | None:
+        """Synthetic lost rows for GPUs that stopped reporting (see :mod:`presence`)."""
+        ticks = np.unique(cols["ts"])
+        where = {u: i for i, u in enumerate(uniq)}
+        ts_out: list[float] = []
+        who: list[_Gpu] = []
+        for uuid, g in self._gpus.items():
+            ci = where.get(uuid)
+            mine = (np.empty(0) if ci is None
+                    else np.unique(cols["ts"][order[bounds[ci]:bounds[ci + 1]]]))
+            for t in vanish_times(g.last_ts, mine, ticks, self.config.max_gap):
+                ts_out.append(t)
+                who.append(g)
+        if not ts_out:
+            return None
+        n = len(ts_out)
+        return {"ts": np.array(ts_out), "uuid": np.array([g.uuid for g in who], dtype=object),
+                "index": np.array([g.index for g in who], dtype=np.int64),
+                "lost": np.ones(n, bool)}
 
     def _gpu_block(self, g: _Gpu, rows: np.ndarray, cols: dict[str, np.ndarray],
                    metric_names: list[str]) -> GpuBlock | None:
