@@ -1,0 +1,156 @@
+"""Replay speed: the whole detector over an ``nvidia-smi`` CSV against ``pandas.read_csv``.
+
+Budget (DESIGN.md): replay / parse <= 2.0 on a 1-million-row log. Both are measured in the
+same run on the same file (best of ``--repeat``), so the ratio does not depend on the
+machine. Also measured: the per-tick cost of live evaluation (``Detector.feed_tick``) for
+8 and 64 GPUs, in microseconds per tick (one reading of every GPU).
+
+    /tmp/venv/bin/python bench/replay_bench.py            # 1 000 000 rows, best of 3
+    /tmp/venv/bin/python bench/replay_bench.py --rows 200000 --repeat 1   # quicker
+
+The log is generated deterministically (seeded): 8 H100s at 1 s, training at two busy
+power levels, checkpoint pauses, and a hung collective near the end, in the
+``--format=csv,nounits`` variant (units in the header, ``, `` separators, hex reasons).
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import io
+import os
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+HEADER = ("timestamp, index, uuid, utilization.gpu [%], utilization.memory [%], "
+          "memory.used [MiB], memory.total [MiB], power.draw [W], power.limit [W], "
+          "temperature.gpu, clocks.sm [MHz], clocks.mem [MHz], pstate, "
+          "clocks_throttle_reasons.active")
+T0 = 1_763_712_000.0  # 2025-11-21T08:00:00Z
+
+
+def make_log(path: Path, rows: int, gpus: int = 8, seed: int = 0) -> None:
+    """Write a deterministic ``nvidia-smi`` CSV of ``rows`` rows (``gpus`` per tick, 1 s)."""
+    rng = np.random.default_rng(seed)
+    ticks = rows // gpus
+    t = np.arange(ticks, dtype=float)
+    # Phases per tick: 0 busy-high (690 W), 1 busy-low (390 W), 2 checkpoint pause, 3 hang.
+    phase = ((t // 600) % 2).astype(int)
+    phase[(t % 1800) >= 1740] = 2  # a 60 s checkpoint pause every 30 min
+    if ticks > 1200:
+        phase[ticks - 600:] = 3  # a hung collective for the last 10 minutes
+    util = np.choose(phase, [100.0, 100.0, 0.0, 100.0])
+    power = np.choose(phase, [690.0, 390.0, 130.0, 100.0])
+    sm = np.choose(phase, [1980.0, 1980.0, 1980.0, 1980.0])
+    reasons = np.choose(phase, [0x4 | 0x10, 0x0, 0x0, 0x0])
+    n = ticks * gpus
+    rep = np.repeat
+    util_r = np.clip(rep(util, gpus) - rng.random(n) * 2 * (rep(util, gpus) > 0), 0, 100)
+    power_r = rep(power, gpus) + rng.normal(0, 4, n)
+    ts = rep(T0 + t, gpus)
+    stamps = pd.to_datetime(ts, unit="s").strftime("%Y/%m/%d %H:%M:%S.000")
+    idx = np.tile(np.arange(gpus), ticks)
+    frame = pd.DataFrame({
+        "timestamp": stamps,
+        "index": idx,
+        "uuid": np.array([f"GPU-{i:08x}-0000-4000-8000-{i:012x}" for i in range(gpus)])[idx],
+        "util": util_r.round().astype(int),
+        "mutil": (util_r * 0.4).round().astype(int),
+        "mem": 70_000 + idx * 10,
+        "memtot": 81_559,
+        "power": power_r.round(2),
+        "limit": "700.00",
+        "temp": (35 + power_r / 20 + idx).round().astype(int),
+        "sm": rep(sm, gpus).astype(int),
+        "memclk": 2619,
+        "pstate": "P0",
+        "reasons": pd.Series(rep(reasons, gpus)).map(lambda r: f"0x{r:016x}"),
+    })
+    body = frame.to_csv(header=False, index=False, lineterminator="\n")
+    # nvidia-smi writes ", " between fields: rewrite cheaply to match the real variant.
+    path.write_text(HEADER + "\n" + body.replace(",", ", "))
+
+
+def best_of(fn, repeat: int) -> float:  # type: ignore[no-untyped-def]
+    """Smallest wall time of ``repeat`` calls of ``fn`` (s)."""
+    best = float("inf")
+    for _ in range(repeat):
+        t = time.perf_counter()
+        fn()
+        best = min(best, time.perf_counter() - t)
+    return best
+
+
+def replay_json(path: Path) -> None:
+    """The full ``watchdog replay --json`` path, in process, output discarded."""
+    from watchdog.cli import main
+
+    with contextlib.redirect_stdout(io.StringIO()):
+        rc = main(["replay", str(path), "--json"])
+    if rc != 0:
+        raise SystemExit(f"watchdog replay exited {rc}")
+
+
+def tick_cost(gpus: int, ticks: int) -> float:
+    """Microseconds per ``feed_tick`` of ``gpus`` healthy busy GPUs (after a warm-up)."""
+    from watchdog.detect import Detector, load_rules
+    from watchdog.model import DeviceInfo, Sample
+
+    devs = [DeviceInfo(index=i, uuid=f"GPU-{i}", name="NVIDIA H100 80GB HBM3",
+                       power_limit_enforced_w=700.0, clocks_max_sm_mhz=1980.0,
+                       memory_total_mib=81559.0) for i in range(gpus)]
+    det = Detector(load_rules(None), host="bench", devices=devs)
+    rng = np.random.default_rng(1)
+
+    def samples(ts: float) -> list[Sample]:
+        return [Sample(ts=ts, uuid=d.uuid, index=d.index, values={
+            "utilization.gpu": 100.0, "utilization.memory": 40.0, "memory.used": 70000.0,
+            "memory.total": 81559.0, "power.draw": 690.0 + float(rng.normal(0, 4)),
+            "enforced.power.limit": 700.0, "temperature.gpu": 65.0, "clocks.sm": 1980.0,
+            "clocks.mem": 2619.0, "clocks_event_reasons.active": 0x14, "pstate": 0.0})
+            for d in devs]
+
+    warm = 120
+    inputs = [(T0 + k, samples(T0 + k)) for k in range(warm + ticks)]
+    for ts, s in inputs[:warm]:
+        det.feed_tick(ts, s)
+    t = time.perf_counter()
+    for ts, s in inputs[warm:]:
+        det.feed_tick(ts, s)
+        det.drain()
+    return (time.perf_counter() - t) / ticks * 1e6
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--rows", type=int, default=1_000_000)
+    ap.add_argument("--repeat", type=int, default=3)
+    ap.add_argument("--ticks", type=int, default=2000, help="ticks timed per live case")
+    ap.add_argument("--keep", metavar="FILE", help="write the generated log here and keep it")
+    a = ap.parse_args(argv)
+    with tempfile.TemporaryDirectory() as tmp:
+        path = Path(a.keep) if a.keep else Path(tmp) / "nvidia-smi.csv"
+        t = time.perf_counter()
+        make_log(path, a.rows)
+        size = os.path.getsize(path) / 2**20
+        print(f"log: {a.rows} rows, {size:.1f} MiB, generated in "
+              f"{time.perf_counter() - t:.1f} s")
+        parse = best_of(lambda: pd.read_csv(path, skipinitialspace=True), a.repeat)
+        print(f"pandas.read_csv           : {parse:7.3f} s  (best of {a.repeat})")
+        full = best_of(lambda: replay_json(path), a.repeat)
+        print(f"watchdog replay --json    : {full:7.3f} s  (best of {a.repeat})")
+        print(f"ratio replay / parse      : {full / parse:7.2f}   (budget <= 2.0)")
+    for gpus in (8, 64):
+        us = tick_cost(gpus, a.ticks)
+        print(f"live feed_tick, {gpus:2d} GPUs   : {us:9.1f} us/tick  "
+              f"({us / gpus:.1f} us per GPU sample)")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
