@@ -32,23 +32,6 @@ from watchdog.sources.replay.frame import Recording
 
 __all__ = ["Recording", "open_log"]
 
-_HEAD = 65536
-
-
-def _read_bytes(path: str) -> bytes:
-    try:
-        with open(path, "rb") as f:
-            return f.read()
-    except FileNotFoundError:
-        raise InputError(f"{path}: no such file") from None
-    except IsADirectoryError:
-        raise InputError(f"{path}: is a directory, not a log file") from None
-    except PermissionError:
-        raise InputError(f"{path}: permission denied (cannot read)") from None
-    except OSError as e:
-        raise InputError(f"{path}: cannot read: {e.strerror or e}") from None
-
-
 def open_log(path: str | os.PathLike[str], *, mapping: dict[str, str] | None = None,
              host: str | None = None, tz: str | None = None,
              dmon_interval: float = 1.0) -> Recording:
@@ -61,10 +44,11 @@ def open_log(path: str | os.PathLike[str], *, mapping: dict[str, str] | None = N
     Every problem with the input raises :class:`InputError` with one line naming the file.
     """
     p = os.fspath(path)
-    data = _read_bytes(p)
+    from watchdog.sources.replay.blob import Blob
     from watchdog.sources.replay.sniff import sniff
 
-    kind = sniff(p, data[:_HEAD])
+    blob = Blob(p)
+    kind = sniff(p, blob.head)
     if tz is not None:
         _check_tz(tz)
     if kind == "recording":
@@ -72,18 +56,18 @@ def open_log(path: str | os.PathLike[str], *, mapping: dict[str, str] | None = N
 
         if mapping:
             raise InputError(f"{p}: --map does not apply to a watchdog recording")
-        return recording.read(p, data, host=host)  # default: the host it was recorded on
+        return recording.read(p, blob.all(), host=host)  # default: the host it was recorded on
     host = host or Path(p).stem
     if kind == "dmon":
         from watchdog.sources.replay import dmon
 
-        return dmon.read(p, data, host=host, tz=tz, interval=dmon_interval,
+        return dmon.read(p, blob.all(), host=host, tz=tz, interval=dmon_interval,
                          mtime=os.path.getmtime(p))
     from watchdog.sources.replay import mapped, smi_csv
 
     if mapping:
-        return mapped.read(p, data, mapping=mapping, host=host, tz=tz)
-    return smi_csv.read(p, data, mapping=None, host=host, tz=tz)
+        return mapped.read(p, blob, mapping=mapping, host=host, tz=tz)
+    return smi_csv.read(p, blob, mapping=None, host=host, tz=tz)
 
 
 def _check_tz(tz: str) -> None:

@@ -181,11 +181,10 @@ def parse_timestamps(col: pd.Series, *, tz: str | None,
         return col.to_numpy(dtype=np.float64, na_value=np.nan)
     codes, uniques = factorize(col)
     texts = pd.Index(uniques, dtype=object)
-    if len(texts) and not all(isinstance(t, str) and t == t.strip() for t in texts[:1]):
+    secs = _utc_seconds(texts, tz, fast_only=True)
+    if secs is None:  # leading spaces, odd types: strip every text, then the slow path
         texts = pd.Index([str(u).strip() for u in uniques], dtype=object)
-    elif len(texts) and (texts.str.startswith(" ").any() or texts.str.endswith(" ").any()):
-        texts = texts.str.strip()
-    secs = _utc_seconds(texts, tz)
+        secs = _utc_seconds(texts, tz)
     table = np.append(secs, np.nan)
     out = table[codes]
     bad = np.isnan(out) | (out < _T_MIN) | (out > _T_MAX)
@@ -201,8 +200,12 @@ _T_MIN = 631_152_000.0  # 1990-01-01: anything earlier in a GPU log is garbage
 _T_MAX = 4_102_444_800.0  # 2100-01-01
 
 
-def _utc_seconds(texts: pd.Index, tz: str | None) -> np.ndarray:
-    """POSIX seconds per distinct text (NaN where it is not a time)."""
+def _utc_seconds(texts: pd.Index, tz: str | None, fast_only: bool = False
+                 ) -> np.ndarray | None:
+    """POSIX seconds per distinct text (NaN where it is not a time).
+
+    Tries whole-column formats first; with ``fast_only`` returns None when none fits.
+    """
     for fmt in ("%Y/%m/%d %H:%M:%S.%f", "%Y/%m/%d %H:%M:%S", "ISO8601"):
         try:
             dt = pd.to_datetime(texts, format=fmt, utc=False)
@@ -215,6 +218,8 @@ def _utc_seconds(texts: pd.Index, tz: str | None) -> np.ndarray:
             return secs
         except (ValueError, TypeError, OverflowError):
             continue
+    if fast_only:
+        return None
     return np.array([_one_time(str(t), tz) for t in texts], dtype=np.float64)
 
 

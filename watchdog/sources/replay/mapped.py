@@ -12,6 +12,7 @@ from __future__ import annotations
 from watchdog import catalogue
 from watchdog.errors import InputError
 from watchdog.sources.replay import smi_csv
+from watchdog.sources.replay.blob import Blob
 from watchdog.sources.replay.frame import Recording
 
 SPECIAL = ("timestamp", "index", "uuid", "name", "pci.bus_id")
@@ -30,7 +31,7 @@ def normalise(mapping: dict[str, str], path: str) -> dict[str, str]:
     return out
 
 
-def read(path: str, data: bytes, *, mapping: dict[str, str], host: str,
+def read(path: str, data: Blob, *, mapping: dict[str, str], host: str,
          tz: str | None) -> Recording:
     """Parse CSV ``data`` with ``mapping`` applied (see :func:`smi_csv.read`)."""
     return smi_csv.read(path, data, mapping=normalise(mapping, path), host=host, tz=tz,

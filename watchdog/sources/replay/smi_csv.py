@@ -30,6 +30,7 @@ import pandas as pd
 from watchdog import catalogue
 from watchdog.errors import InputError
 from watchdog.sources.replay import convert
+from watchdog.sources.replay.blob import Blob
 from watchdog.sources.replay.frame import Recording, build, standin_uuid
 
 ID_FIELDS = {"timestamp", "index", "uuid", "pci.bus_id", "name", "serial", "vbios_version",
@@ -98,18 +99,19 @@ def layout(data: bytes) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
 class _Lines:
     """Where each data row sits in the file, computed only when a message needs it."""
 
-    def __init__(self, data: bytes, has_header: bool) -> None:
-        self._data = data
+    def __init__(self, data: Callable[[], bytes], has_header: bool) -> None:
+        self._get = data
         self._has_header = has_header
         self._rows: np.ndarray | None = None
         self._commas: np.ndarray | None = None
 
     def _compute(self) -> None:
-        starts, ends, commas = layout(self._data)
+        data = self._get()
+        starts, ends, commas = layout(data)
         lengths = ends - starts
         blank = lengths == 0
         if len(lengths):
-            cr = np.frombuffer(self._data, dtype=np.uint8)[np.maximum(ends - 1, 0)] == 13
+            cr = np.frombuffer(data, dtype=np.uint8)[np.maximum(ends - 1, 0)] == 13
             blank |= (lengths == 1) & cr
         nonblank = np.flatnonzero(~blank)
         rows = nonblank[1:] if self._has_header else nonblank
@@ -137,44 +139,54 @@ class _Lines:
         return int(self._commas[row]) + 1
 
 
-def read(path: str, data: bytes, *, mapping: dict[str, str] | None, host: str,
+def read(path: str, blob: Blob, *, mapping: dict[str, str] | None, host: str,
          tz: str | None, fmt: str = "smi_csv") -> Recording:
-    """Parse CSV bytes ``data`` read from ``path`` into a :class:`Recording`.
+    """Parse the CSV file ``path`` (bytes through ``blob``) into a :class:`Recording`.
 
-    The fast path never looks at lines one by one: ``pandas.read_csv`` itself rejects a
-    row with too many fields; a row with too few shows up as a missing last column, and
-    only then are line layouts computed (:class:`_Lines`) to find and name it.
+    The fast path never looks at lines one by one: the head and tail decide the header
+    and a truncated last line, then ``pandas.read_csv`` parses the bytes. The C parser
+    itself rejects a row with too many fields; a row with too few shows up as a missing
+    last column, and only then are line layouts computed (:class:`_Lines`) to name it.
     """
     mapping = dict(mapping or {})
     warnings: list[str] = []
+    head = blob.head
+    if b"\n" not in head and not blob.loaded:
+        head = blob.all()
     pos = 0
     while True:  # skip leading blank lines
-        nl = data.find(b"\n", pos)
-        line = data[pos:] if nl < 0 else data[pos:nl]
+        nl = head.find(b"\n", pos)
+        line = head[pos:] if nl < 0 else head[pos:nl]
         if line.strip() or nl < 0:
             break
         pos = nl + 1
     first_line = line.decode("utf-8", "replace").strip()
     if not first_line:
         raise InputError(f"{path}: empty file (no lines)")
-    first_no = data.count(b"\n", 0, pos) + 1
+    first_no = head.count(b"\n", 0, pos) + 1
     numbered = bool(mapping) and all(v.strip().isdigit() for v in mapping.values())
     has_header = not numbered and looks_like_header(first_line)
     if not has_header and not numbered:
         raise InputError(f"{path}:{first_no}: no header line; name the columns by number, "
                          "e.g. --map timestamp=1,index=2,power.draw=3")
     expected = first_line.count(",")
-    body_end = len(data)
-    if not data.endswith(b"\n"):
-        last_start = data.rfind(b"\n") + 1
-        last_text = data[last_start:].rstrip(b"\r")
+    body_end = blob.size
+    tail = blob.tail()
+    if not tail.endswith(b"\n"):
+        if b"\n" not in tail and not blob.loaded:
+            tail = blob.all()
+        last_start = blob.size - len(tail) + tail.rfind(b"\n") + 1
+        last_text = tail[tail.rfind(b"\n") + 1:].rstrip(b"\r")
         if last_start > pos and (last_text.count(b",") < expected or last_text.endswith(b",")):
-            ln = data.count(b"\n", 0, last_start) + 1
+            ln = blob.all().count(b"\n", 0, last_start) + 1
             warnings.append(f"{path}:{ln}: truncated last line dropped")
             body_end = last_start
-    body = data if body_end == len(data) else data[:body_end]
-    lines = _Lines(body, has_header)
-    dtypes = _text_columns(body, pos, first_line) if has_header else None
+    lines = _Lines(lambda: blob.all()[:body_end], has_header)
+    dtypes = _text_columns(head, pos, first_line) if has_header else None
+    # From memory, not from the path: with category columns, pandas reading a path is
+    # about twice as slow as reading the same bytes (measured with bench/parse_bench.py).
+    data = blob.all()
+    source = io.BytesIO(data if body_end == len(data) else data[:body_end])
 
     def where(row: int) -> str:
         ln = lines.line(row)
@@ -187,7 +199,7 @@ def read(path: str, data: bytes, *, mapping: dict[str, str] | None, host: str,
         with _warnings.catch_warnings():
             _warnings.simplefilter("ignore", pd.errors.DtypeWarning)
             _warnings.simplefilter("error", pd.errors.ParserWarning)
-            raw = pd.read_csv(io.BytesIO(body), header=0 if has_header else None,
+            raw = pd.read_csv(source, header=0 if has_header else None,
                               index_col=False, skip_blank_lines=True, encoding="utf-8",
                               encoding_errors="replace", dtype=dtypes)
     except pd.errors.ParserWarning:  # the first data row is longer than the header
@@ -209,7 +221,7 @@ def read(path: str, data: bytes, *, mapping: dict[str, str] | None, host: str,
                          f"{raw.shape[1]} (mismatched columns)")
     short = np.flatnonzero(raw.iloc[:, -1].isna().to_numpy()) if len(raw) else []
     if len(short) and not lines.consistent(len(raw)):
-        lines = _Lines(b"", has_header)  # line numbers unknown from here on
+        lines = _Lines(lambda: b"", has_header)  # line numbers unknown from here on
         warnings.append(f"{path}: odd line endings or quoted newlines: line numbers unknown, "
                         "short rows read as missing values")
     elif len(short):

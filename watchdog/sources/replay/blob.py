@@ -1,0 +1,65 @@
+"""A log file's bytes, read lazily: the head and tail first, the whole only when needed.
+
+The CSV fast path needs only the first lines (header, first row) and the last line
+(truncated?) before handing the path to ``pandas.read_csv``; reading the whole file into
+memory first would cost as much again as a plain ``read_csv``. Line-by-line layouts (for
+messages about a bad row) and the other formats ask for :meth:`Blob.all`.
+"""
+
+from __future__ import annotations
+
+import os
+
+from watchdog.errors import InputError
+
+HEAD = 65536
+
+
+class Blob:
+    """Lazy access to the bytes of ``path``; every OS error is an :class:`InputError`."""
+
+    def __init__(self, path: str) -> None:
+        self.path = path
+        self._all: bytes | None = None
+        try:
+            with open(path, "rb") as f:
+                self.size = os.fstat(f.fileno()).st_size
+                self.head = f.read(HEAD)
+        except FileNotFoundError:
+            raise InputError(f"{path}: no such file") from None
+        except IsADirectoryError:
+            raise InputError(f"{path}: is a directory, not a log file") from None
+        except PermissionError:
+            raise InputError(f"{path}: permission denied (cannot read)") from None
+        except OSError as e:
+            raise InputError(f"{path}: cannot read: {e.strerror or e}") from None
+        if len(self.head) < HEAD:  # small file (or a pipe): we have it all
+            self._all = self.head
+            self.size = len(self.head)
+
+    @property
+    def loaded(self) -> bool:
+        """Whether the whole file is in memory already."""
+        return self._all is not None
+
+    def all(self) -> bytes:
+        """The whole file."""
+        if self._all is None:
+            try:
+                with open(self.path, "rb") as f:
+                    self._all = f.read()
+            except OSError as e:
+                raise InputError(f"{self.path}: cannot read: {e.strerror or e}") from None
+            self.size = len(self._all)
+        return self._all
+
+    def tail(self, n: int = HEAD) -> bytes:
+        """The last ``n`` bytes (fewer for a small file)."""
+        if self._all is not None:
+            return self._all[-n:]
+        try:
+            with open(self.path, "rb") as f:
+                f.seek(max(0, self.size - n))
+                return f.read(n)
+        except OSError as e:
+            raise InputError(f"{self.path}: cannot read: {e.strerror or e}") from None
