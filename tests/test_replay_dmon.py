@@ -51,3 +51,12 @@ def test_dmon_row_with_wrong_field_count_is_named(tmp_path: Path) -> None:
     path.write_text("\n".join(lines) + "\n")
     with pytest.raises(InputError, match=r"bad\.log:4: 13 fields, expected 12"):
         open_log(path)
+
+
+def test_dmon_csv_format() -> None:
+    rec = open_log(LOGS / "dmon_csv.log")
+    f = rec.frame
+    assert rec.format == "dmon" and len(f) == 2
+    assert f["power.draw"].tolist() == [70.0, 72.0]
+    assert f["clocks.sm"].tolist() == [1980.0, 1980.0]
+    assert math.isnan(f["utilization.gpu"].iloc[1])
