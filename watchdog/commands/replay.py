@@ -39,7 +39,9 @@ def register(subparsers: Any) -> None:
     """Add the ``replay`` sub-command (cheap imports only)."""
     p = subparsers.add_parser(
         "replay", help="run the detector over recorded telemetry (or a simulated node)",
-        description=__doc__.split("\n\n", 1)[0],
+        description="Run the full detector (the daemon's code) over recorded telemetry "
+                    "(nvidia-smi CSV, dmon, recordings, any CSV with --map) or over a "
+                    "simulated node (PATH = sim:SCENARIO), and list the incidents.",
         epilog="Exit status: 0 ran fine (with or without incidents); 1 an incident at or "
                "above --fail-on; 2 bad input. Times in the table are UTC.")
     p.add_argument("paths", nargs="+", metavar="PATH",
@@ -260,7 +262,9 @@ def run(args: argparse.Namespace) -> int:
             if len(r.frame) == 0:
                 print(f"watchdog: {r.path}: no samples, no timeline drawn", file=sys.stderr)
                 continue
-            plot_timeline(r.frame, r.incidents, target, title=f"{r.host}  {r.path}")
+            name = Path(r.path).name if not r.path.startswith("sim") else r.path
+            title = name if r.host == Path(r.path).stem else f"{r.host}: {name}"
+            plot_timeline(r.frame, r.incidents, target, title=title)
             print(f"watchdog: timeline written to {target}", file=sys.stderr)
     if args.fail_on is not None:
         floor = SEVERITIES.index(args.fail_on)
