@@ -157,14 +157,10 @@ class Detector:
             ts = cols["ts"]
         if not len(ts):
             return
-        if self._held is not None:
-            held_ts = self._held["ts"][0]
-            if ts[0] > held_ts:
-                self._flush()
-            else:  # same tick continues
-                cols = _concat(self._held, cols)
-                self._held = None
-                ts = cols["ts"]
+        if self._held is not None:  # the held tick is complete or continues: process it
+            cols = _concat(self._held, cols)  # with these rows, as one block
+            self._held = None
+            ts = cols["ts"]
         if hold:
             cut = int(np.searchsorted(ts, ts[-1], side="left"))
             self._held = {k: v[cut:] for k, v in cols.items()}
@@ -179,6 +175,10 @@ class Detector:
 
     # --- one block ----------------------------------------------------------------------
     def _process(self, cols: dict[str, np.ndarray]) -> None:
+        with np.errstate(invalid="ignore", divide="ignore", over="ignore"):
+            self._process_block(cols)
+
+    def _process_block(self, cols: dict[str, np.ndarray]) -> None:
         import pandas as pd
 
         self._last_tick = max(self._last_tick, float(cols["ts"][-1]))
@@ -321,7 +321,7 @@ class Detector:
         for uuid, g in blocks.items():
             cond = truth(ev.sample(rule.condition, g))
             if rule.inhibited_by:
-                cond &= ~self._inhibit_mask(rule, uuid, g.ts, active)
+                cond = cond & ~self._inhibit_mask(rule, uuid, g.ts, active)  # not in place
             clr = truth(ev.sample(rule.clear, g)) if rule.clear is not None else ~cond
             evid[uuid] = {k: ev.sample(n, g) for k, n in rule.evidence.items()}
             inputs.append((uuid, g.ts, cond, clr))
@@ -342,6 +342,7 @@ class Detector:
         cache: dict[str, np.ndarray] = {}
         condm = truth(ev.grid(rule.condition, ticks, gpus, blocks, cache))
         if rule.inhibited_by:
+            condm = condm.copy()  # the grid cache may hold this very array
             for j, uuid in enumerate(gpus):
                 condm[:, j] &= ~self._inhibit_mask(rule, uuid, ticks, active)
         cond = condm.any(axis=1)
@@ -367,10 +368,11 @@ class Detector:
 
 def _covered(intervals: list[tuple[float, float]], times: np.ndarray) -> np.ndarray:
     """True where ``times`` fall inside one of the ``[start, end)`` intervals."""
-    mask = np.zeros(len(times), bool)
-    for a, b in intervals:
-        mask |= (times >= a) & (times < b)
-    return mask
+    if not intervals:
+        return np.zeros(len(times), bool)
+    iv = np.array(sorted(intervals))  # an entity's intervals never overlap
+    i = np.searchsorted(iv[:, 0], times, side="right") - 1
+    return (i >= 0) & (times < iv[np.maximum(i, 0), 1])
 
 
 def _concat(a: dict[str, np.ndarray], b: dict[str, np.ndarray]) -> dict[str, np.ndarray]:

@@ -27,49 +27,63 @@ PRESENT_KEY = "__present__"
 
 
 def truth(x: np.ndarray) -> np.ndarray:
-    """Boolean view of values: NaN and 0 are false."""
+    """Boolean view of values: NaN and 0 are false (bool arrays are returned as they are)."""
+    if x.dtype == np.bool_:
+        return x
     return (x != 0) & ~np.isnan(x)
 
 
+def _num(x: np.ndarray) -> np.ndarray:
+    return x.astype(np.float64) if x.dtype == np.bool_ else x
+
+
+_CMP = {"<": np.less, "<=": np.less_equal, ">": np.greater, ">=": np.greater_equal,
+        "==": np.equal}
+
+
 def _apply(node: Node, args: list[np.ndarray]) -> np.ndarray:
-    """Element-wise operators and plain functions (shape-agnostic)."""
-    with np.errstate(invalid="ignore", divide="ignore", over="ignore"):
-        if isinstance(node, Unary):
-            (a,) = args
-            return (~truth(a)).astype(np.float64) if node.op == "not" else -a
-        if isinstance(node, In):
-            (a,) = args
-            return np.isin(a, np.array(node.values)).astype(np.float64)
-        if isinstance(node, Binary):
-            a, b = args
-            op = node.op
-            if op == "and":
-                return (truth(a) & truth(b)).astype(np.float64)
-            if op == "or":
-                return (truth(a) | truth(b)).astype(np.float64)
-            if op in ("<", "<=", ">", ">=", "==", "!="):
-                fn = {"<": np.less, "<=": np.less_equal, ">": np.greater,
-                      ">=": np.greater_equal, "==": np.equal, "!=": np.not_equal}[op]
-                both = ~np.isnan(a) & ~np.isnan(b)
-                return (fn(a, b) & both).astype(np.float64)
-            if op == "+":
-                return a + b
-            if op == "-":
-                return a - b
-            if op == "*":
-                return a * b
-            if op == "/":
-                return np.where(b != 0, a / np.where(b != 0, b, 1.0), NAN)
-        if isinstance(node, Call):
-            if node.fn == "present":
-                return (~np.isnan(args[0])).astype(np.float64)
-            if node.fn == "abs":
-                return np.abs(args[0])
-            if node.fn == "coalesce":
-                out = args[0]
-                for a in args[1:]:
-                    out = np.where(np.isnan(out), a, out)
-                return out
+    """Element-wise operators and plain functions (shape-agnostic).
+
+    Boolean results are bool arrays; arithmetic sees them as 1.0/0.0. A comparison with
+    NaN is false (IEEE semantics for < <= > >= ==; ``!=`` is made false explicitly).
+    """
+    if isinstance(node, Unary):
+        (a,) = args
+        return ~truth(a) if node.op == "not" else -_num(a)
+    if isinstance(node, In):
+        return np.isin(args[0], np.array(node.values))
+    if isinstance(node, Binary):
+        a, b = args
+        op = node.op
+        if op == "and":
+            return truth(a) & truth(b)
+        if op == "or":
+            return truth(a) | truth(b)
+        if op in _CMP:
+            return _CMP[op](a, b)
+        if op == "!=":
+            a, b = _num(a), _num(b)
+            return (a != b) & ~np.isnan(a) & ~np.isnan(b)
+        a, b = _num(a), _num(b)
+        if op == "+":
+            return a + b
+        if op == "-":
+            return a - b
+        if op == "*":
+            return a * b
+        if op == "/":
+            return np.where(b != 0, a / np.where(b != 0, b, 1.0), NAN)
+    if isinstance(node, Call):
+        vals = [_num(a) for a in args]
+        if node.fn == "present":
+            return ~np.isnan(vals[0])
+        if node.fn == "abs":
+            return np.abs(vals[0])
+        if node.fn == "coalesce":
+            out = vals[0]
+            for a in vals[1:]:
+                out = np.where(np.isnan(out), a, out)
+            return out
     raise AssertionError(f"cannot apply {node!r}")  # pragma: no cover
 
 
@@ -93,7 +107,7 @@ class Evaluator:
         elif isinstance(node, Name):
             got = g.value(node.name)
         elif isinstance(node, Call) and node.window is not None:
-            arg = self.sample(node.args[0], g)
+            arg = _num(self.sample(node.args[0], g))
             win = self.windows.get(node.key)
             if win is None:
                 win = self.windows[node.key] = Window(node.fn, node.window)
@@ -137,9 +151,12 @@ class Evaluator:
             last_ts, last_v = self._asof.get((key, uuid), (NAN, NAN))
             g = blocks.get(uuid)
             if g is not None and len(g):
-                vals = np.ones(len(g)) if node is None else self.sample(node, g)
-                have, idx_c, st = self._asof_index(g, ticks, last_ts)
-                v = np.where(have, vals[idx_c], last_v)
+                vals = np.ones(len(g)) if node is None else _num(self.sample(node, g))
+                if len(g) == len(ticks):  # a sample at every tick (g.ts is a subset of ticks)
+                    v, st = vals, g.ts
+                else:
+                    have, idx_c, st = self._asof_index(g, ticks, last_ts)
+                    v = np.where(have, vals[idx_c], last_v)
                 self._asof[(key, uuid)] = (float(g.ts[-1]), float(vals[-1]))
             else:
                 v = np.full(len(ticks), last_v)

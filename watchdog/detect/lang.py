@@ -10,7 +10,7 @@ signals and the functions listed below.
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from watchdog import catalogue
 from watchdog.detect.signals import SIGNALS
@@ -85,12 +85,18 @@ def tokenize(src: str) -> list[Tok]:
 
 @dataclass(frozen=True, slots=True)
 class Node:
-    """Base of every AST node; ``key`` is a canonical text used for caching and state."""
+    """Base of every AST node; ``key`` is a canonical text used for caching and state.
+
+    ``key`` is computed once at construction (evaluation looks it up constantly).
+    """
 
     col: int
+    key: str = field(init=False, repr=False, compare=False)
 
-    @property
-    def key(self) -> str:  # pragma: no cover - overridden
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "key", self._key())
+
+    def _key(self) -> str:  # pragma: no cover - overridden
         raise NotImplementedError
 
 
@@ -99,8 +105,7 @@ class Num(Node):
     value: float
     unit: str | None = None
 
-    @property
-    def key(self) -> str:
+    def _key(self) -> str:
         return repr(self.value)
 
 
@@ -108,8 +113,7 @@ class Num(Node):
 class Name(Node):
     name: str
 
-    @property
-    def key(self) -> str:
+    def _key(self) -> str:
         return self.name
 
 
@@ -118,8 +122,7 @@ class Unary(Node):
     op: str  # "not" | "-"
     arg: Node
 
-    @property
-    def key(self) -> str:
+    def _key(self) -> str:
         return f"({self.op} {self.arg.key})"
 
 
@@ -129,8 +132,7 @@ class Binary(Node):
     left: Node
     right: Node
 
-    @property
-    def key(self) -> str:
+    def _key(self) -> str:
         return f"({self.left.key} {self.op} {self.right.key})"
 
 
@@ -139,8 +141,7 @@ class In(Node):
     arg: Node
     values: tuple[float, ...]
 
-    @property
-    def key(self) -> str:
+    def _key(self) -> str:
         return f"({self.arg.key} in {self.values!r})"
 
 
@@ -150,8 +151,7 @@ class Call(Node):
     args: tuple[Node, ...]
     window: float | None = None  # seconds, for window functions
 
-    @property
-    def key(self) -> str:
+    def _key(self) -> str:
         inner = ", ".join(a.key for a in self.args)
         if self.window is not None:
             inner += f", {self.window!r}s"

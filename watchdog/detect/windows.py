@@ -33,6 +33,7 @@ class _Tail:
     pre: dict[str, np.ndarray] = field(default_factory=dict)  # inclusive prefix sums
     base: dict[str, float] = field(default_factory=dict)  # prefix before the first tail row
     last_valid: float = NAN  # counters: the latest valid reading (for increments)
+    first: float | None = None  # mean: the GPU's first-ever value (its weight is 0)
 
 
 class Window:
@@ -61,25 +62,32 @@ class Window:
             return np.empty(0)
         tail = self._tails.setdefault(gpu, _Tail())
         kind = self.kind
-        t_all = np.concatenate((tail.ts, ts))
+        n_tail = len(tail.ts)
+        shared = None if starts is None else starts.get(self.width)
+        if shared is None or len(shared[0]) != n_new or len(shared[1]) != n_tail + n_new:
+            t_all = np.concatenate((tail.ts, ts))
+            s = np.searchsorted(t_all, ts - self.width, side="right")
+            keep = int(np.searchsorted(t_all, t_all[-1] - self.width, side="right"))
+            shared = (s, t_all, keep)
+            if starts is not None:
+                starts[self.width] = shared
+        s, t_all, keep = shared
         needs_x = kind in ("min", "max", "last", "slope")
         x_all = np.concatenate((tail.x, x)) if needs_x else x
-        n_tail = len(tail.ts)
-        e = np.arange(n_tail, n_tail + n_new)
-        s = None if starts is None else starts.get(self.width)
-        if s is None or len(s) != n_new:
-            s = np.searchsorted(t_all, ts - self.width, side="right")
-            if starts is not None:
-                starts[self.width] = s
+        e = np.arange(n_tail, n_tail + n_new) if needs_x else None
 
         valid = ~np.isnan(x)
         terms: dict[str, np.ndarray] = {}
+        # Every sample but a GPU's first-ever one has d > 0 (timestamps strictly increase),
+        # so a window whose weights sum to 0 holds that first sample and nothing valid else.
         if kind == "mean":
+            if tail.first is None:
+                tail.first = float(x[0])
             terms = {"xd": np.where(valid, x * d, 0.0), "d": np.where(valid, d, 0.0),
-                     "x": np.where(valid, x, 0.0), "n": valid.astype(np.float64)}
+                     "n": valid.astype(np.float64)}
         elif kind == "frac":
             c = np.where(valid & (x != 0), 1.0, 0.0)
-            terms = {"cd": c * d, "d": d, "c": c}
+            terms = {"cd": c * d, "d": d}
         elif kind in ("delta", "rate"):
             terms = {"inc": self._increments(tail, x, valid)}
         full: dict[str, np.ndarray] = {}
@@ -100,12 +108,14 @@ class Window:
 
         with np.errstate(invalid="ignore", divide="ignore"):
             if kind == "mean":
-                sd, sn = wsum("d"), wsum("n")
-                out = np.where(sd > 0, wsum("xd") / sd,
-                               np.where(sn > 0, wsum("x") / sn, NAN))
+                sd = wsum("d")
+                out = wsum("xd") / sd
+                zero = sd <= 0
+                if zero.any():
+                    out[zero] = np.where(wsum("n")[zero] > 0, tail.first, NAN)
             elif kind == "frac":
                 sd = wsum("d")
-                out = 100.0 * np.where(sd > 0, wsum("cd") / sd, wsum("c") / (e + 1 - s))
+                out = 100.0 * np.where(sd > 0, wsum("cd") / np.where(sd > 0, sd, 1.0), c)
             elif kind == "delta":
                 out = wsum("inc")
             elif kind == "rate":
@@ -130,7 +140,6 @@ class Window:
                                    NAN)
 
         # keep what a later window can still see: ts > last - width
-        keep = int(np.searchsorted(t_all, t_all[-1] - self.width, side="right"))
         tail.ts = t_all[keep:]
         tail.x = x_all[keep:] if needs_x else np.empty(0)
         for name, p in full.items():
@@ -162,15 +171,25 @@ def range_reduce(x: np.ndarray, s: np.ndarray, e: np.ndarray, fn: np.ufunc) -> n
     range is the reduction of two overlapping power-of-two blocks. O(n log w) to build.
     """
     length = e - s + 1
-    k_max = int(np.log2(length.max())) if len(length) else 0
+    if not len(length):
+        return np.empty(0)
+    k = np.floor(np.log2(length)).astype(np.int64)
+    lo, hi = int(k.min()), int(k.max())
+    ks = np.array([lo]) if lo == hi else np.unique(k)
     levels = [x]
-    for k in range(1, k_max + 1):
+    for level in range(1, int(ks[-1]) + 1):
         prev = levels[-1]
-        half = 1 << (k - 1)
+        half = 1 << (level - 1)
         cur = np.full(len(x), NAN)
         if len(x) > half:
             cur[: len(x) - half] = fn(prev[: len(x) - half], prev[half:])
         levels.append(cur)
-    k = np.floor(np.log2(length)).astype(np.int64)
-    table = np.stack(levels)
-    return fn(table[k, s], table[k, e - (1 << k) + 1])
+    if len(ks) == 1:  # the usual case: every window spans about the same sample count
+        lv = levels[int(ks[0])]
+        return fn(lv[s], lv[e - (1 << int(ks[0])) + 1])
+    out = np.empty(len(s))
+    for kk in ks:
+        m = k == kk
+        lv = levels[int(kk)]
+        out[m] = fn(lv[s[m]], lv[e[m] - (1 << int(kk)) + 1])
+    return out
