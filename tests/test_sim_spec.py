@@ -6,6 +6,8 @@ import subprocess
 import sys
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from watchdog.errors import InputError
 from watchdog.sources import SourceOptions, open_live
@@ -52,6 +54,7 @@ def test_gpu_lists():
     ("sim:", "no scenario"),
     ("sim:healthy(gpus=1)", "unknown parameter"),
     ("sim:stall(for=)", "empty key or value"),
+    ("sim:stall@" + "9" * 400, "longer than a year"),
 ])
 def test_bad_specs_are_one_line_input_errors_naming_the_problem(spec, needle):
     with pytest.raises(InputError) as e:
@@ -125,3 +128,23 @@ def test_a_default_onset_that_would_fall_in_a_checkpoint_moves_past_it():
     assert onset > 900 and not any(a - 60 <= onset < b for a, b in waits)
     explicit = SimSource.from_spec("sim:thermal_throttle@900", seed=seed, start=START)
     assert explicit.ground_truth()[0].onset == START + 900
+
+
+_JUNK = st.text(alphabet="abcdeghilmnorstx_()=,@+-0123456789.smh ", max_size=30)
+_KEYS = st.sampled_from(["gpus", "for", "dead", "code", "width", "gen", "rate", "ramp",
+                         "cooling", "factor", "x"])
+_ITEM = st.builds(lambda name, kv, tail: f"{name}({','.join(kv)}){tail}",
+                  st.sampled_from(sorted(SCENARIOS)),
+                  st.lists(st.builds(lambda k, v: f"{k}={v}", _KEYS, _JUNK), max_size=3),
+                  _JUNK)
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.one_of(_JUNK, st.lists(_ITEM, min_size=1, max_size=3).map(",".join)))
+def test_any_spec_text_either_parses_or_is_one_input_error(body):
+    try:
+        src = SimSource.from_spec("sim:" + body, gpus=4, start=START)
+    except InputError as e:
+        assert "\n" not in str(e)
+        return
+    assert all(set(gt.gpus) <= set(range(4)) for gt in src.ground_truth())

@@ -19,6 +19,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
+from watchdog.errors import InputError
 from watchdog.model import DeviceInfo, ProcessInfo, Sample, XidEvent
 from watchdog.sources.sim import noise
 from watchdog.sources.sim.faults import build
@@ -63,8 +64,6 @@ class SimSource:
 
     def __init__(self, spec: str, *, gpus: int, model: str, seed: int, start: float,
                  host: str | None = None) -> None:
-        from watchdog.errors import InputError
-
         if not 1 <= gpus <= 256:
             raise InputError(f"--gpus {gpus}: expected 1..256")
         self.spec = spec

@@ -22,6 +22,7 @@ from watchdog.errors import InputError
 
 _ITEM = re.compile(r"^(?P<name>[A-Za-z_][A-Za-z0-9_]*)(?:\((?P<params>[^()]*)\))?"
                    r"(?:@(?P<onset>[^@()]+))?$")
+MAX_DURATION_S = 366 * 86400.0
 _DURATION = re.compile(r"^(?P<num>\d+(?:\.\d+)?)(?P<unit>[smh]?)$")
 
 
@@ -40,7 +41,10 @@ def parse_duration(text: str, what: str) -> float:
     m = _DURATION.match(text.strip().lower())
     if not m:
         raise InputError(f"{what}: {text!r} is not a duration (e.g. 300, 90s, 5m, 1h)")
-    return float(m["num"]) * {"": 1.0, "s": 1.0, "m": 60.0, "h": 3600.0}[m["unit"]]
+    seconds = float(m["num"]) * {"": 1.0, "s": 1.0, "m": 60.0, "h": 3600.0}[m["unit"]]
+    if seconds > MAX_DURATION_S:
+        raise InputError(f"{what}: {text!r} is longer than a year")
+    return seconds
 
 
 def parse_gpus(text: str, n: int, what: str) -> tuple[int, ...]:
