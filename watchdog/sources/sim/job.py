@@ -9,10 +9,11 @@ A data-parallel job with one rank per GPU, as seen on the real 8x H100 log in
   per 240 s block), the high one at the power cap with SW power cap (0x4) set and clocks
   pulled down, sync boost (0x10) set much of the time, short per-GPU utilization dips,
   and a node-wide ~1.5 s micro-dip every 20-22 s;
-* **checkpoints** every 10-20 min lasting 30-120 s, two variants: rank 0 writes while
+* **checkpoints** every 10-20 min lasting 30-120 s, three variants: rank 0 writes while
   the other ranks spin inside a collective at 100 % util and near-idle power with clocks
-  up and no limiter bits (the trap that looks exactly like a hung NCCL kernel), or all
-  GPUs pause at 0 % util with memory held;
+  up and no limiter bits (the trap that looks exactly like a hung NCCL kernel); the
+  writer is on another node of a multi-node job, so every GPU here spins that way; or
+  all GPUs pause at 0 % util with memory held;
 * the PyTorch caching allocator holds 88-93 % of memory; one GPU runs 10-20 C hotter.
 
 Everything here is a pure function of ``(seed, gpu, t)`` with ``t`` in seconds since the
@@ -26,9 +27,9 @@ from watchdog.sources.sim import noise
 from watchdog.sources.sim.models import GpuModel
 
 # Job phases (small ints: compared on the hot path).
-STARTUP, TRAIN, CKPT_RANK0, CKPT_PAUSE = 0, 1, 2, 3
+STARTUP, TRAIN, CKPT_RANK0, CKPT_PAUSE, CKPT_REMOTE = 0, 1, 2, 3, 4
 PHASE_NAMES = {STARTUP: "startup", TRAIN: "train", CKPT_RANK0: "checkpoint_rank0_writes",
-               CKPT_PAUSE: "checkpoint_all_pause"}
+               CKPT_PAUSE: "checkpoint_all_pause", CKPT_REMOTE: "checkpoint_remote_writer"}
 
 PHASE_BLOCK_S = 240.0  # length of a busy-power phase block
 DIP_LEN_S = 1.5  # node-wide micro-dip length
@@ -37,7 +38,7 @@ HOT_OFFSET_C = 14.0  # the one hotter GPU (worse airflow / coolant position)
 # noise stream ids (any distinct ints)
 _S_STARTUP, _S_CKPT_EVERY, _S_DIP_P, _S_DIP_OFF, _S_HIGH, _S_HOLD = 1, 2, 3, 4, 5, 6
 _S_HOT, _S_AMB, _S_C, _S_IDLE, _S_OFF, _S_CKPT_LEN, _S_CKPT_VAR = 7, 8, 9, 10, 11, 12, 13
-_S_PID, _S_JOB, _S_POW, _S_UTIL, _S_UDIP, _S_SYNC, _S_GPM, _S_MEM, _S_PCIE = (
+_S_PID, _S_JOB, _S_POW, _S_UTIL, _S_UDIP, _S_SYNC, _S_GPM, _S_MEM, _S_ENERGY = (
     14, 15, 16, 17, 18, 19, 20, 21, 22)
 
 
@@ -106,6 +107,8 @@ class TrainingJob:
         pid0 = 2000 + noise.key(s, _S_PID) % 60000
         self.pids = [pid0 + 7 * g for g in range(n)]
         self.slurm_job_id = str(100000 + noise.key(s, _S_JOB) % 900000)
+        # energy used since the driver loaded, before this job (J): days of operation
+        self.energy_base = [noise.uniform(2.0e7, 4.0e8, s, _S_ENERGY, g) for g in range(n)]
         # per-GPU noise bases for the per-tick draws (see noise.unit_at)
         self._b_pow, self._b_gpm, self._b_util, self._b_udip, self._b_sync, self._b_mem = (
             [noise.key(s, stream, g) for g in range(n)]
@@ -113,28 +116,30 @@ class TrainingJob:
 
     # --- job-level schedule (shared by every GPU at time t) ---------------------------
 
-    def checkpoint(self, t: float) -> tuple[int, float, float, int] | None:
-        """``(number, start_s, end_s, phase)`` of the checkpoint covering ``t``, or None."""
-        rel = t - self.startup_s
-        if rel < self.ckpt_every_s:
-            return None
-        k = int(rel // self.ckpt_every_s)
+    def _ckpt(self, k: int) -> tuple[float, float, int]:
+        """``(start_s, end_s, phase)`` of checkpoint number ``k`` (``k >= 1``)."""
         start = self.startup_s + k * self.ckpt_every_s
         length = noise.uniform(30.0, 120.0, self.seed, _S_CKPT_LEN, k)
-        if t - start >= length:
-            return None
-        phase = CKPT_RANK0 if noise.unit(self.seed, _S_CKPT_VAR, k) < 0.7 else CKPT_PAUSE
-        return k, start, start + length, phase
+        v = noise.unit(self.seed, _S_CKPT_VAR, k)
+        phase = CKPT_RANK0 if v < 0.5 else CKPT_REMOTE if v < 0.7 else CKPT_PAUSE
+        return start, start + length, phase
+
+    def checkpoint(self, t: float) -> tuple[int, float, float, int] | None:
+        """``(number, start_s, end_s, phase)`` of the checkpoint covering ``t``, or None."""
+        k = int((t - self.startup_s) // self.ckpt_every_s)
+        for j in (k + 1, k):  # k + 1: float rounding right at a checkpoint's start
+            if j >= 1:
+                start, end, phase = self._ckpt(j)
+                if start <= t < end:
+                    return j, start, end, phase
+        return None
 
     def checkpoints(self, until: float) -> list[tuple[float, float, str]]:
         """Every checkpoint ``(start_s, end_s, variant)`` that begins before ``until``."""
         out = []
         k = 1
-        while self.startup_s + k * self.ckpt_every_s < until:
-            start = self.startup_s + k * self.ckpt_every_s
-            c = self.checkpoint(start)
-            assert c is not None
-            out.append((start, c[2], PHASE_NAMES[c[3]]))
+        while (c := self._ckpt(k))[0] < until:
+            out.append((c[0], c[1], PHASE_NAMES[c[2]]))
             k += 1
         return out
 
@@ -205,7 +210,7 @@ class TrainingJob:
             st.dram = 2.0 * u
             st.pcie_rx = 2.0e6 + 6.0e6 * u
             st.pcie_tx = 5.0e4 + 1.0e5 * u
-        elif kind == CKPT_RANK0 and g != 0:  # waiting in a collective while rank 0 writes
+        elif kind == CKPT_REMOTE or (kind == CKPT_RANK0 and g != 0):  # waiting in a collective
             st.mem_used = hold
             st.util = 100.0
             st.power = m.spin_w * (1.0 + 0.15 * u)

@@ -43,7 +43,7 @@ class SimNode:
         # cannot overshoot the slowdown threshold by more than this between two steps.
         self.cap_c = job.model.temp_slowdown_c + 1.5
         self.temp = [job.idle_temperature(g) for g in range(n)]
-        self.energy = [0.0] * n  # J
+        self.energy = list(job.energy_base)  # J since the driver loaded
         self.v_power = [0.0] * n  # s with SW power cap
         self.v_thermal = [0.0] * n  # s with SW or HW thermal slowdown
         self.v_sync = [0.0] * n  # s with sync boost
