@@ -7,7 +7,7 @@ import pytest
 
 from watchdog.detect.evaluate import Evaluator
 from watchdog.detect.lang import Binary, Call, LangError, Name, Num, compile_expr, parse
-from watchdog.detect.signals import GpuBlock, GpuLearned
+from watchdog.detect.signals import Block, Learned
 from watchdog.model import DeviceInfo
 
 
@@ -65,18 +65,19 @@ def test_tokens_do_not_allow_attribute_tricks() -> None:
         compile_expr("power.draw.__class__ > 1")  # a dotted name that is no metric
 
 
-def _block(values: dict[str, list[float]], mask: list[float] | None = None) -> GpuBlock:
+def _block(values: dict[str, list[float]], mask: list[float] | None = None) -> Block:
     n = len(next(iter(values.values())))
     metrics = {k: np.array(v, dtype=float) for k, v in values.items()}
     if mask is not None:
         metrics["clocks_event_reasons.active"] = np.array(mask, dtype=float)
     ts = np.arange(n, dtype=float)
     d = np.r_[0.0, np.ones(n - 1)]
-    return GpuBlock("g", DeviceInfo(index=0, uuid="g", power_limit_enforced_w=700.0), ts, d,
-                    metrics, np.zeros(n, bool), np.full(n, np.nan), np.zeros(n), GpuLearned())
+    dev = DeviceInfo(index=0, uuid="g", power_limit_enforced_w=700.0)
+    return Block(ts, d, np.array([n]), [dev], metrics, np.zeros(n, bool),
+                 np.full(n, np.nan), np.zeros(n), Learned())
 
 
-def ev(src: str, blk: GpuBlock) -> list[float]:
+def ev(src: str, blk: Block) -> list[float]:
     return list(Evaluator(30.0).sample(compile_expr(src), blk))
 
 

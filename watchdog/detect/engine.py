@@ -16,11 +16,11 @@ from typing import Any
 import numpy as np
 
 from watchdog import catalogue
-from watchdog.detect.evaluate import Evaluator, truth
+from watchdog.detect.evaluate import Evaluator, numeric, truth
 from watchdog.detect.grouping import make_incident, members, node_value
 from watchdog.detect.loader import Rule, RuleSet
 from watchdog.detect.presence import vanish_times
-from watchdog.detect.signals import GpuBlock, GpuLearned
+from watchdog.detect.signals import Block, Learned
 from watchdog.detect.state import EntityState, Machine
 from watchdog.incident import Incident
 from watchdog.model import DeviceInfo, Sample, XidEvent
@@ -41,8 +41,8 @@ class _Gpu:
     index: int
     uuid: str
     device: DeviceInfo
+    slot: int  # position in the concatenated per-block arrays (append-only)
     last_ts: float = math.nan
-    learned: GpuLearned | None = None
 
 
 class Detector:
@@ -55,6 +55,8 @@ class Detector:
         self.config = config or DetectorConfig()
         self._ev = Evaluator(self.config.max_gap)
         self._gpus: dict[str, _Gpu] = {}
+        self._slots: list[_Gpu] = []
+        self._learned = Learned()
         for d in devices:
             self._add_gpu(d.uuid, d.index, d)
         self._machines = {r.name: Machine(r.for_s, r.keep_firing_for, r.learned)
@@ -137,8 +139,8 @@ class Detector:
                 int(inc.gpus[0]) if inc.gpus else -1)
 
     def _add_gpu(self, uuid: str, index: int, device: DeviceInfo | None = None) -> _Gpu:
-        g = _Gpu(index, uuid, device or DeviceInfo(index=index, uuid=uuid))
-        g.learned = GpuLearned()
+        g = _Gpu(index, uuid, device or DeviceInfo(index=index, uuid=uuid), len(self._slots))
+        self._slots.append(g)
         self._gpus[uuid] = g
         self._gpus = dict(sorted(self._gpus.items(), key=lambda kv: (kv[1].index, kv[0])))
         return g
@@ -193,24 +195,40 @@ class Detector:
             codes, uniq = pd.factorize(cols["uuid"])
             order = np.argsort(codes, kind="stable")
             bounds = np.searchsorted(codes[order], np.arange(len(uniq) + 1))
-        blocks: dict[str, GpuBlock] = {}
         metric_names = [k for k in cols if k in catalogue.BY_NAME]
+        per_slot: dict[int, dict[str, np.ndarray]] = {}
         for ci, uuid in enumerate(uniq):
             rows = order[bounds[ci]:bounds[ci + 1]]
             g = self._gpus.get(uuid) or self._add_gpu(uuid, int(cols["index"][rows[0]]))
-            blk = self._gpu_block(g, rows, cols, metric_names)
-            if blk is not None:
-                blocks[uuid] = blk
-        if not blocks:
+            part = self._gpu_rows(g, rows, cols, metric_names)
+            if part is not None:
+                per_slot[g.slot] = part
+        if not per_slot:
             return
-        ticks = np.unique(np.concatenate([b.ts for b in blocks.values()]))
-        gpus = list(self._gpus)
+        block = self._block(per_slot, metric_names)
+        ticks = np.unique(block.ts)
+        gpus = [(uuid, g.slot) for uuid, g in self._gpus.items()]
         active: dict[str, Any] = {}
         for rule in self.rules:
             if rule.scope == "gpu":
-                active[rule.name] = self._run_gpu_rule(rule, blocks, active)
+                active[rule.name] = self._run_gpu_rule(rule, block, active)
             else:
-                active[rule.name] = self._run_node_rule(rule, ticks, gpus, blocks, active)
+                active[rule.name] = self._run_node_rule(rule, ticks, gpus, block, active)
+
+    def _block(self, per_slot: dict[int, dict[str, np.ndarray]],
+               metric_names: list[str]) -> Block:
+        """Concatenate the GPUs' new samples slot by slot into one :class:`Block`."""
+        n_slots = len(self._slots)
+        counts = np.array([len(per_slot[i]["ts"]) if i in per_slot else 0
+                           for i in range(n_slots)], dtype=np.int64)
+        parts = [per_slot[i] for i in range(n_slots) if i in per_slot]
+
+        def cat(name: str) -> np.ndarray:
+            return np.concatenate([p[name] for p in parts])
+
+        metrics = {m: cat(m) for m in metric_names}
+        return Block(cat("ts"), cat("d"), counts, [g.device for g in self._slots], metrics,
+                     cat("lost"), cat("xid"), cat("xid_count"), self._learned)
 
     def _vanished(self, cols: dict[str, np.ndarray], uniq: Any, order: np.ndarray,
                   bounds: np.ndarray) -> dict[str, np.ndarray] | None:
@@ -233,8 +251,9 @@ class Detector:
                 "index": np.array([g.index for g in who], dtype=np.int64),
                 "lost": np.ones(n, bool)}
 
-    def _gpu_block(self, g: _Gpu, rows: np.ndarray, cols: dict[str, np.ndarray],
-                   metric_names: list[str]) -> GpuBlock | None:
+    def _gpu_rows(self, g: _Gpu, rows: np.ndarray, cols: dict[str, np.ndarray],
+                  metric_names: list[str]) -> dict[str, np.ndarray] | None:
+        """One GPU's accepted rows of the block (repeated/backwards ones dropped)."""
         ts = cols["ts"][rows]
         prev = np.fmax.accumulate(np.concatenate(([g.last_ts], ts)))
         keep = ~(ts <= prev[:-1])  # repeated or backwards for this GPU: dropped
@@ -247,13 +266,12 @@ class Detector:
         d = np.where(np.isnan(prev_ts), 0.0, np.minimum(ts - prev_ts, self.config.max_gap))
         g.last_ts = float(ts[-1])
         lost = cols["lost"][rows]
-        metrics = {}
+        out = {"ts": ts, "d": d, "lost": lost}
         for name in metric_names:
             v = cols[name][rows]
-            metrics[name] = np.where(lost, np.nan, v) if lost.any() else v
-        xid, xid_count = self._assign_xids(g.uuid, ts)
-        assert g.learned is not None
-        return GpuBlock(g.uuid, g.device, ts, d, metrics, lost, xid, xid_count, g.learned)
+            out[name] = np.where(lost, np.nan, v) if lost.any() else v
+        out["xid"], out["xid_count"] = self._assign_xids(g.uuid, ts)
+        return out
 
     def _assign_xids(self, uuid: str, ts: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """XID events go to the GPU's first sample at or after them; later ones wait."""
@@ -313,57 +331,62 @@ class Detector:
         inc.resolved_at = t
         self._transitions.append((t, "resolved", inc))
 
-    def _run_gpu_rule(self, rule: Rule, blocks: dict[str, GpuBlock],
+    def _run_gpu_rule(self, rule: Rule, b: Block,
                       active: dict[str, Any]) -> dict[str, list[tuple[float, float]]]:
         ev = self._ev
+        cond_all = truth(ev.sample(rule.condition, b))
+        clr_all = truth(ev.sample(rule.clear, b)) if rule.clear is not None else None
+        evid = {k: numeric(ev.sample(n, b)) for k, n in rule.evidence.items()}
         inputs = []
-        evid: dict[str, dict[str, np.ndarray]] = {}
-        for uuid, g in blocks.items():
-            cond = truth(ev.sample(rule.condition, g))
+        for uuid, g in self._gpus.items():
+            lo, hi = int(b.offsets[g.slot]), int(b.offsets[g.slot + 1])
+            if hi == lo:
+                continue
+            ts = b.ts[lo:hi]
+            cond = cond_all[lo:hi]
             if rule.inhibited_by:
-                cond = cond & ~self._inhibit_mask(rule, uuid, g.ts, active)  # not in place
-            clr = truth(ev.sample(rule.clear, g)) if rule.clear is not None else ~cond
-            evid[uuid] = {k: ev.sample(n, g) for k, n in rule.evidence.items()}
-            inputs.append((uuid, g.ts, cond, clr))
+                cond = cond & ~self._inhibit_mask(rule, uuid, ts, active)
+            clr = clr_all[lo:hi] if clr_all is not None else ~cond
+            inputs.append((uuid, ts, cond, clr))
 
         def on_fire(uuid: str, i: int, st: EntityState) -> Incident:
-            g = blocks[uuid]
-            vals = {k: float(a[i]) for k, a in evid[uuid].items()}
-            return self._fired(make_incident(rule, self.host, [(self._gpus[uuid].index, uuid)],
-                                             st.since, float(g.ts[i]), vals,
-                                             self._extra(rule, st)))
+            g = self._gpus[uuid]
+            at = int(b.offsets[g.slot]) + i
+            vals = {k: float(a[at]) for k, a in evid.items()}
+            return self._fired(make_incident(rule, self.host, [(g.index, uuid)], st.since,
+                                             float(b.ts[at]), vals, self._extra(rule, st)))
 
         return self._machines[rule.name].run(inputs, on_fire,
                                              lambda _k, t, st: self._resolve(t, st))
 
-    def _run_node_rule(self, rule: Rule, ticks: np.ndarray, gpus: list[str],
-                       blocks: dict[str, GpuBlock], active: dict[str, Any]) -> tuple:
+    def _run_node_rule(self, rule: Rule, ticks: np.ndarray, gpus: list[tuple[str, int]],
+                       b: Block, active: dict[str, Any]) -> tuple:
         ev = self._ev
         cache: dict[str, np.ndarray] = {}
-        condm = truth(ev.grid(rule.condition, ticks, gpus, blocks, cache))
+        condm = truth(ev.grid(rule.condition, ticks, gpus, b, cache))
         if rule.inhibited_by:
             condm = condm.copy()  # the grid cache may hold this very array
-            for j, uuid in enumerate(gpus):
+            for j, (uuid, _slot) in enumerate(gpus):
                 condm[:, j] &= ~self._inhibit_mask(rule, uuid, ticks, active)
         cond = condm.any(axis=1)
         if rule.clear is not None:
-            cm = truth(ev.grid(rule.clear, ticks, gpus, blocks, cache))
-            present = ev.present(ticks, gpus, blocks, cache)
+            cm = truth(ev.grid(rule.clear, ticks, gpus, b, cache))
+            present = ev.present(ticks, gpus, b, cache)
             clr = (cm | ~present).all(axis=1) & present.any(axis=1)
         else:
             clr = ~cond
-        evid = {k: ev.grid(n, ticks, gpus, blocks, cache) for k, n in rule.evidence.items()}
+        evid = {k: numeric(ev.grid(n, ticks, gpus, b, cache)) for k, n in rule.evidence.items()}
 
         def on_fire(_key: str, i: int, st: EntityState) -> Incident:
             row = condm[i]
             vals = {k: node_value(a[i], row) for k, a in evid.items()}
-            who = [(self._gpus[u].index, u) for u in members(row, gpus)]
+            who = [(self._gpus[u].index, u) for u in members(row, [u for u, _ in gpus])]
             return self._fired(make_incident(rule, self.host, who, st.since, float(ticks[i]),
                                              vals, self._extra(rule, st)))
 
         out = self._machines[rule.name].run([(NODE, ticks, cond, clr)], on_fire,
                                             lambda _k, t, st: self._resolve(t, st))
-        return (out[NODE], ticks, condm, gpus)
+        return (out[NODE], ticks, condm, [u for u, _ in gpus])
 
 
 def _covered(intervals: list[tuple[float, float]], times: np.ndarray) -> np.ndarray:

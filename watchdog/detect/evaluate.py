@@ -19,7 +19,7 @@ import numpy as np
 
 from watchdog.detect.lang import NODE_FUNCS, Binary, Call, In, Name, Node, Num, Unary
 from watchdog.detect.lang import has_node_func as _has_node_func
-from watchdog.detect.signals import GpuBlock
+from watchdog.detect.signals import Block
 from watchdog.detect.windows import Window
 
 NAN = np.nan
@@ -33,7 +33,7 @@ def truth(x: np.ndarray) -> np.ndarray:
     return (x != 0) & ~np.isnan(x)
 
 
-def _num(x: np.ndarray) -> np.ndarray:
+def numeric(x: np.ndarray) -> np.ndarray:
     return x.astype(np.float64) if x.dtype == np.bool_ else x
 
 
@@ -49,7 +49,7 @@ def _apply(node: Node, args: list[np.ndarray]) -> np.ndarray:
     """
     if isinstance(node, Unary):
         (a,) = args
-        return ~truth(a) if node.op == "not" else -_num(a)
+        return ~truth(a) if node.op == "not" else -numeric(a)
     if isinstance(node, In):
         return np.isin(args[0], np.array(node.values))
     if isinstance(node, Binary):
@@ -62,9 +62,9 @@ def _apply(node: Node, args: list[np.ndarray]) -> np.ndarray:
         if op in _CMP:
             return _CMP[op](a, b)
         if op == "!=":
-            a, b = _num(a), _num(b)
+            a, b = numeric(a), numeric(b)
             return (a != b) & ~np.isnan(a) & ~np.isnan(b)
-        a, b = _num(a), _num(b)
+        a, b = numeric(a), numeric(b)
         if op == "+":
             return a + b
         if op == "-":
@@ -74,7 +74,7 @@ def _apply(node: Node, args: list[np.ndarray]) -> np.ndarray:
         if op == "/":
             return np.where(b != 0, a / np.where(b != 0, b, 1.0), NAN)
     if isinstance(node, Call):
-        vals = [_num(a) for a in args]
+        vals = [numeric(a) for a in args]
         if node.fn == "present":
             return ~np.isnan(vals[0])
         if node.fn == "abs":
@@ -96,68 +96,73 @@ class Evaluator:
         self._asof: dict[tuple[str, str], tuple[float, float]] = {}
 
     # --- sample space -------------------------------------------------------------------
-    def sample(self, node: Node, g: GpuBlock) -> np.ndarray:
-        """Value of a node-function-free ``node`` at each new sample of ``g``."""
+    def sample(self, node: Node, b: Block) -> np.ndarray:
+        """Value of a node-function-free ``node`` at each new sample of every GPU in ``b``."""
         key = "§" + node.key
-        got = g.cache.get(key)
+        got = b.cache.get(key)
         if got is not None:
             return got
         if isinstance(node, Num):
-            got = np.full(len(g), node.value)
+            got = np.full(len(b), node.value)
         elif isinstance(node, Name):
-            got = g.value(node.name)
+            got = b.value(node.name)
         elif isinstance(node, Call) and node.window is not None:
-            arg = _num(self.sample(node.args[0], g))
+            arg = numeric(self.sample(node.args[0], b))
             win = self.windows.get(node.key)
             if win is None:
                 win = self.windows[node.key] = Window(node.fn, node.window)
-            got = win.update(g.uuid, g.ts, g.d, arg, g.starts)
+            got = win.update_block(b, arg)
         else:
-            got = _apply(node, [self.sample(c, g) for c in _kids(node)])
-        g.cache[key] = got
+            got = _apply(node, [self.sample(c, b) for c in _kids(node)])
+        b.cache[key] = got
         return got
 
     # --- grid space ---------------------------------------------------------------------
-    def grid(self, node: Node, ticks: np.ndarray, gpus: list[str],
-             blocks: dict[str, GpuBlock], cache: dict[str, np.ndarray]) -> np.ndarray:
-        """``len(ticks) × len(gpus)`` matrix of ``node`` (may contain node functions)."""
+    def grid(self, node: Node, ticks: np.ndarray, gpus: list[tuple[str, int]], b: Block,
+             cache: dict[str, np.ndarray]) -> np.ndarray:
+        """``len(ticks) × len(gpus)`` matrix of ``node`` (may contain node functions).
+
+        ``gpus`` are ``(uuid, slot)`` pairs in column order.
+        """
         got = cache.get(node.key)
         if got is not None:
             return got
         if not _has_node_func(node):
-            got = self._map(node, node.key, ticks, gpus, blocks)
+            got = self._map(node, node.key, ticks, gpus, b)
         elif isinstance(node, Call) and node.fn in NODE_FUNCS:
-            arg = self.grid(node.args[0], ticks, gpus, blocks, cache)
-            present = self.present(ticks, gpus, blocks, cache)
+            arg = self.grid(node.args[0], ticks, gpus, b, cache)
+            present = self.present(ticks, gpus, b, cache)
             got = _reduce(node.fn, arg, present)
         else:
-            got = _apply(node, [self.grid(c, ticks, gpus, blocks, cache) for c in _kids(node)])
+            got = _apply(node, [self.grid(c, ticks, gpus, b, cache) for c in _kids(node)])
         cache[node.key] = got
         return got
 
-    def present(self, ticks: np.ndarray, gpus: list[str], blocks: dict[str, GpuBlock],
+    def present(self, ticks: np.ndarray, gpus: list[tuple[str, int]], b: Block,
                 cache: dict[str, np.ndarray]) -> np.ndarray:
         """Boolean matrix: the GPU has a sample no older than ``max_gap`` at the tick."""
         got = cache.get(PRESENT_KEY)
         if got is None:
-            got = ~np.isnan(self._map(None, PRESENT_KEY, ticks, gpus, blocks))
+            got = ~np.isnan(self._map(None, PRESENT_KEY, ticks, gpus, b))
             cache[PRESENT_KEY] = got
         return got
 
-    def _map(self, node: Node | None, key: str, ticks: np.ndarray, gpus: list[str],
-             blocks: dict[str, GpuBlock]) -> np.ndarray:
+    def _map(self, node: Node | None, key: str, ticks: np.ndarray,
+             gpus: list[tuple[str, int]], b: Block) -> np.ndarray:
         out = np.full((len(ticks), len(gpus)), NAN)
-        for j, uuid in enumerate(gpus):
+        vals_all = np.ones(len(b)) if node is None else numeric(self.sample(node, b))
+        for j, (uuid, slot) in enumerate(gpus):
             last_ts, last_v = self._asof.get((key, uuid), (NAN, NAN))
-            g = blocks.get(uuid)
-            if g is not None and len(g):
-                vals = np.ones(len(g)) if node is None else _num(self.sample(node, g))
-                if len(g) == len(ticks):  # a sample at every tick (g.ts is a subset of ticks)
-                    v, st = vals, g.ts
+            lo, hi = (int(b.offsets[slot]), int(b.offsets[slot + 1])) if slot < b.n_slots \
+                else (0, 0)
+            if hi > lo:
+                vals, ts = vals_all[lo:hi], b.ts[lo:hi]
+                if hi - lo == len(ticks):  # a sample at every tick (ts is a subset of ticks)
+                    v, st = vals, ts
                 else:
-                    have, idx_c, st = self._asof_index(g, ticks, last_ts)
+                    have, idx_c, st = self._asof_index(b, slot, ts, ticks, last_ts)
                     v = np.where(have, vals[idx_c], last_v)
-                self._asof[(key, uuid)] = (float(g.ts[-1]), float(vals[-1]))
+                self._asof[(key, uuid)] = (float(ts[-1]), float(vals[-1]))
             else:
                 v = np.full(len(ticks), last_v)
                 st = np.full(len(ticks), last_ts)
@@ -166,18 +171,17 @@ class Evaluator:
             out[:, j] = np.where(fresh, v, NAN)
         return out
 
-
     @staticmethod
-    def _asof_index(g: GpuBlock, ticks: np.ndarray,
+    def _asof_index(b: Block, slot: int, ts: np.ndarray, ticks: np.ndarray,
                     last_ts: float) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """Per tick: has the GPU a sample in this block at/before it, its index, its time."""
-        got = g.asof
-        if got is None or got[0] is not ticks:
-            idx = np.searchsorted(g.ts, ticks, side="right") - 1
+        got = b.asof.get(slot)
+        if got is None:
+            idx = np.searchsorted(ts, ticks, side="right") - 1
             have = idx >= 0
             idx_c = np.where(have, idx, 0)
-            got = g.asof = (ticks, have, idx_c, g.ts[idx_c])
-        _, have, idx_c, st = got
+            got = b.asof[slot] = (have, idx_c, ts[idx_c])
+        have, idx_c, st = got
         return have, idx_c, np.where(have, st, last_ts)
 
 

@@ -9,12 +9,10 @@ the same numbers. The table of signals is in ``docs/rules.md``.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
-
 import numpy as np
 
 from watchdog import reasons
-from watchdog.detect.windows import Window
+from watchdog.detect.windows import Segments, Window
 from watchdog.model import DeviceInfo
 
 NAN = np.nan
@@ -31,38 +29,46 @@ BUSY_UTIL_PCT = 90.0
 IDLE_FALLBACK = 0.10  # of the enforced limit, until an idle level is seen
 
 
-@dataclass
-class GpuLearned:
-    """Per-GPU learned levels, carried across blocks (W, MHz)."""
+class Learned:
+    """Learned levels per slot (W, MHz), carried across blocks; grows with new slots."""
 
-    idle_w: float = NAN
-    busy_w: float = NAN
-    max_sm_mhz: float = NAN
-    util_mean: Window = field(default_factory=lambda: Window("mean", LEARN_WINDOW_S))
-    power_mean: Window = field(default_factory=lambda: Window("mean", LEARN_WINDOW_S))
+    def __init__(self) -> None:
+        self.idle_w = np.empty(0)
+        self.busy_w = np.empty(0)
+        self.max_sm_mhz = np.empty(0)
+        self.util_mean = Window("mean", LEARN_WINDOW_S)
+        self.power_mean = Window("mean", LEARN_WINDOW_S)
+
+    def grow(self, n: int) -> None:
+        extra = n - len(self.idle_w)
+        if extra > 0:
+            pad = np.full(extra, NAN)
+            self.idle_w = np.concatenate((self.idle_w, pad))
+            self.busy_w = np.concatenate((self.busy_w, pad))
+            self.max_sm_mhz = np.concatenate((self.max_sm_mhz, pad))
 
 
-class GpuBlock:
-    """One GPU's new samples in a block, with lazily computed, cached signals.
+class Block(Segments):
+    """The new samples of every GPU in a block, concatenated by slot, with lazily
+    computed, cached signals.
 
-    ``metrics`` maps catalogue names to arrays (absent metric = not in the dict).
+    ``metrics`` maps catalogue names to arrays (absent metric = not in the dict);
+    ``devices[slot]`` is each slot's inventory.
     """
 
-    def __init__(self, uuid: str, device: DeviceInfo, ts: np.ndarray, d: np.ndarray,
-                 metrics: dict[str, np.ndarray], lost: np.ndarray, xid: np.ndarray,
-                 xid_count: np.ndarray, learned: GpuLearned) -> None:
-        self.uuid = uuid
-        self.device = device
-        self.ts = ts
-        self.d = d
+    def __init__(self, ts: np.ndarray, d: np.ndarray, counts: np.ndarray,
+                 devices: list[DeviceInfo], metrics: dict[str, np.ndarray], lost: np.ndarray,
+                 xid: np.ndarray, xid_count: np.ndarray, learned: Learned) -> None:
+        super().__init__(ts, d, counts)
+        self.devices = devices
         self.metrics = metrics
         self.lost = lost
         self.xid = xid
         self.xid_count = xid_count
         self.learned = learned
+        learned.grow(self.n_slots)
         self.cache: dict[str, np.ndarray] = {}
-        self.starts: dict[float, np.ndarray] = {}  # window start indices per width
-        self.asof: tuple | None = None  # node-grid mapping cache (see evaluate)
+        self.asof: dict[int, tuple] = {}  # node-grid mapping per slot (see evaluate)
 
     def __len__(self) -> int:
         return len(self.ts)
@@ -82,11 +88,14 @@ class GpuBlock:
             self.cache[name] = got
         return got
 
+    def _device(self, field: str) -> np.ndarray:
+        """A per-row array of an inventory field (NaN where unknown or 0)."""
+        per_slot = np.array([getattr(d, field) or NAN for d in self.devices], dtype=float)
+        return per_slot[self.gi]
+
     def _limit(self) -> np.ndarray:
         lim = self.metric("enforced.power.limit")
-        dev = self.device.power_limit_enforced_w
-        if dev is not None:
-            lim = np.where(np.isnan(lim), float(dev), lim)
+        lim = np.where(np.isnan(lim), self._device("power_limit_enforced_w"), lim)
         return np.where(lim > 0, lim, NAN)
 
     def _signal(self, name: str) -> np.ndarray:
@@ -103,8 +112,7 @@ class GpuBlock:
                 return np.where(span > 0, 100.0 * (self.metric("power.draw") - idle) / span, NAN)
             if name == "mem_pct":
                 total = self.metric("memory.total")
-                if self.device.memory_total_mib:
-                    total = np.where(np.isnan(total), self.device.memory_total_mib, total)
+                total = np.where(np.isnan(total), self._device("memory_total_mib"), total)
                 return np.where(total > 0, 100.0 * self.metric("memory.used") / total, NAN)
             if name == "sm_clock_pct":
                 return 100.0 * self.metric("clocks.sm") / self._max_sm()
@@ -126,28 +134,30 @@ class GpuBlock:
             return self.xid_count
         return np.full(n, NAN)  # pragma: no cover - names are checked at load
 
+    def _running(self, fn: np.ufunc, carried: np.ndarray, cand: np.ndarray) -> np.ndarray:
+        """Per-slot running ``fn`` (fmin/fmax) of ``cand`` from ``carried``; updates it."""
+        out = np.empty(len(cand))
+        for g in np.flatnonzero(self.counts):
+            lo, hi = self.offsets[g], self.offsets[g + 1]
+            run = fn.accumulate(np.concatenate(([carried[g]], cand[lo:hi])))
+            carried[g] = run[-1]
+            out[lo:hi] = run[1:]
+        return out
+
     def _max_sm(self) -> np.ndarray:
-        if self.device.clocks_max_sm_mhz:
-            return np.full(len(self.ts), float(self.device.clocks_max_sm_mhz))
-        seen = np.fmax.accumulate(np.concatenate(([self.learned.max_sm_mhz],
-                                                  self.metric("clocks.sm"))))
-        self.learned.max_sm_mhz = float(seen[-1])
-        return np.where(seen[1:] > 0, seen[1:], NAN)
+        dev = self._device("clocks_max_sm_mhz")
+        seen = self._running(np.fmax, self.learned.max_sm_mhz, self.metric("clocks.sm"))
+        out = np.where(np.isnan(dev), seen, dev)
+        return np.where(out > 0, out, NAN)
 
     def _learn_power(self) -> None:
         """Running idle (min) and busy (max) 30 s mean power, gated by 30 s mean util."""
         lr = self.learned
-        util = lr.util_mean.update(self.uuid, self.ts, self.d, self.metric("utilization.gpu"),
-                                   self.starts)
-        power = lr.power_mean.update(self.uuid, self.ts, self.d, self.metric("power.draw"),
-                                     self.starts)
-        idle_cand = np.where(util < IDLE_UTIL_PCT, power, NAN)
-        busy_cand = np.where(util > BUSY_UTIL_PCT, power, NAN)
-        idle = np.fmin.accumulate(np.concatenate(([lr.idle_w], idle_cand)))
-        busy = np.fmax.accumulate(np.concatenate(([lr.busy_w], busy_cand)))
-        lr.idle_w, lr.busy_w = float(idle[-1]), float(busy[-1])
+        util = lr.util_mean.update_block(self, self.metric("utilization.gpu"))
+        power = lr.power_mean.update_block(self, self.metric("power.draw"))
+        idle = self._running(np.fmin, lr.idle_w, np.where(util < IDLE_UTIL_PCT, power, NAN))
+        busy = self._running(np.fmax, lr.busy_w, np.where(util > BUSY_UTIL_PCT, power, NAN))
         limit = self._limit()
-        idle, busy = idle[1:], busy[1:]
         idle = np.where(np.isnan(idle), IDLE_FALLBACK * limit, idle)
         busy = np.where(np.isnan(busy), limit, np.fmin(busy, limit))
         self.cache["power_idle_w"] = idle

@@ -1,43 +1,58 @@
-"""Time-based rolling windows over one GPU's samples, vectorised, block-size independent.
+"""Time-based rolling windows over every GPU's samples at once, vectorised, block-size free.
 
-A window statistic at a sample time ``t`` covers the GPU's samples with timestamps in
+A window statistic at a sample time ``t`` covers that GPU's samples with timestamps in
 ``(t - W, t]``. Each sample weighs ``d``: the time since the GPU's previous sample, capped
 at ``max_gap`` (computed by the caller), so a long gap is never interpolated across.
 
-Every statistic is computed for a whole block of new samples at once (numpy: prefix sums
-and ``searchsorted`` for each window start, a sparse table for min/max). The tail of the
-previous blocks that later windows can still see is carried over, together with the
-running prefix sums, which are extended with one sequential ``np.cumsum``: the numbers
-are bit-for-bit the same whether the samples arrive in one block or one at a time.
+The new samples of all GPUs in a block arrive concatenated GPU by GPU ("slots", see
+:class:`Segments`); each statistic is computed for all of them with a fixed number of
+numpy calls (prefix sums and ``searchsorted`` for each window start, a sparse table for
+min/max), so the cost per block hardly depends on the number of GPUs. The tail of earlier
+samples that later windows can still see is carried per slot, with the running prefix
+sums, which are extended by one sequential cumulative sum per slot (``np.cumsum`` along
+the rows of a slots × samples array): the numbers are bit-for-bit the same whether the
+samples arrive in one block or one tick at a time.
 """
 
 from __future__ import annotations
-
-from dataclasses import dataclass, field
 
 import numpy as np
 
 NAN = np.nan
 KINDS = ("mean", "min", "max", "last", "slope", "frac", "delta", "rate")
-# prefix sums each statistic carries
-_PREFIXES = {"mean": ("xd", "d", "x", "n"), "frac": ("cd", "d", "c"), "delta": ("inc",),
-             "rate": ("inc",)}
+_NEEDS_X = ("min", "max", "last", "slope")
 
 
-@dataclass
-class _Tail:
-    """Samples a future window may still see, plus prefix sums aligned with them."""
+def seg_positions(starts: np.ndarray, lens: np.ndarray) -> np.ndarray:
+    """Concatenated ``arange(starts[i], starts[i] + lens[i])`` for every i."""
+    total = int(lens.sum())
+    if total == 0:
+        return np.empty(0, np.int64)
+    before = np.cumsum(lens) - lens
+    return np.repeat(starts - before, lens) + np.arange(total)
 
-    ts: np.ndarray = field(default_factory=lambda: np.empty(0))
-    x: np.ndarray = field(default_factory=lambda: np.empty(0))
-    pre: dict[str, np.ndarray] = field(default_factory=dict)  # inclusive prefix sums
-    base: dict[str, float] = field(default_factory=dict)  # prefix before the first tail row
-    last_valid: float = NAN  # counters: the latest valid reading (for increments)
-    first: float | None = None  # mean: the GPU's first-ever value (its weight is 0)
+
+class Segments:
+    """The new samples of a block, concatenated slot by slot (a slot is one GPU).
+
+    ``ts`` (s, strictly increasing within a slot and later than the slot's earlier
+    samples), ``d`` (weights, s), ``counts[slot]`` samples per slot (0 for a GPU without
+    samples in this block). ``shared`` caches per-width layout common to every window of
+    that width (their carried tails are identical).
+    """
+
+    def __init__(self, ts: np.ndarray, d: np.ndarray, counts: np.ndarray) -> None:
+        self.ts = ts
+        self.d = d
+        self.counts = np.asarray(counts, dtype=np.int64)
+        self.n_slots = len(self.counts)
+        self.offsets = np.concatenate(([0], np.cumsum(self.counts)))
+        self.gi = np.repeat(np.arange(self.n_slots), self.counts)
+        self.shared: dict[float, tuple] = {}
 
 
 class Window:
-    """One statistic ``kind`` over ``width`` seconds, with per-GPU carried state."""
+    """One statistic ``kind`` over ``width`` seconds, with carried per-slot state."""
 
     def __init__(self, kind: str, width: float) -> None:
         if kind not in KINDS:
@@ -46,65 +61,118 @@ class Window:
             raise ValueError("window width must be positive")
         self.kind = kind
         self.width = float(width)
-        self._tails: dict[str, _Tail] = {}
+        self.tail_len = np.zeros(0, np.int64)
+        self.tail_ts = np.empty(0)
+        self.tail_x = np.empty(0)
+        self.tail_pre: dict[str, np.ndarray] = {}
+        self.base: dict[str, np.ndarray] = {}
+        self.last_valid = np.empty(0)  # counters: latest valid reading per slot
+        self.first = np.empty(0)  # mean: each slot's first-ever value (its weight is 0)
+        self.has_first = np.zeros(0, bool)
+        self._slot_of: dict[str, int] = {}
 
-    def update(self, gpu: str, ts: np.ndarray, d: np.ndarray, x: np.ndarray,
-               starts: dict[float, np.ndarray] | None = None) -> np.ndarray:
-        """Statistic at each new sample of ``gpu``.
+    def update(self, gpu: str, ts: np.ndarray, d: np.ndarray, x: np.ndarray) -> np.ndarray:
+        """Convenience for one GPU: the statistic at each of its new samples."""
+        slot = self._slot_of.setdefault(gpu, len(self._slot_of))
+        counts = np.zeros(max(len(self._slot_of), len(self.tail_len)), np.int64)
+        counts[slot] = len(ts)
+        return self.update_block(Segments(ts, d, counts), x)
 
-        ``ts`` (s, strictly increasing, later than every earlier sample of this GPU),
-        ``d`` (weights, s) and ``x`` (values, NaN = missing) are the new samples only.
-        ``starts`` caches window start indices per width for one GPU and block: windows of
-        the same width carry the same tail, so their starts are the same.
-        """
-        n_new = len(ts)
-        if n_new == 0:
+    def _grow(self, n: int) -> None:
+        extra = n - len(self.tail_len)
+        if extra <= 0:
+            return
+        self.tail_len = np.concatenate((self.tail_len, np.zeros(extra, np.int64)))
+        self.last_valid = np.concatenate((self.last_valid, np.full(extra, NAN)))
+        self.first = np.concatenate((self.first, np.full(extra, NAN)))
+        self.has_first = np.concatenate((self.has_first, np.zeros(extra, bool)))
+        for name in self.base:
+            self.base[name] = np.concatenate((self.base[name], np.zeros(extra)))
+
+    def _layout(self, seg: Segments) -> tuple:
+        """Per-width layout of tail + new samples (shared by windows of this width)."""
+        got = seg.shared.get(self.width)
+        if got is not None and np.array_equal(got[0], self.tail_len):
+            return got
+        t_len, n_new = self.tail_len, seg.counts
+        total_len = t_len + n_new
+        a = np.concatenate(([0], np.cumsum(total_len)))
+        tail_pos = seg_positions(a[:-1], t_len)
+        new_pos = seg_positions(a[:-1] + t_len, n_new)
+        t_all = np.empty(int(a[-1]))
+        t_all[tail_pos] = self.tail_ts
+        t_all[new_pos] = seg.ts
+        s = np.empty(len(seg.ts), np.int64)
+        keep = np.zeros(seg.n_slots, np.int64)
+        for g in np.flatnonzero(n_new):
+            lo, hi = int(a[g]), int(a[g + 1])
+            part = t_all[lo:hi]
+            s[seg.offsets[g]:seg.offsets[g + 1]] = lo + np.searchsorted(
+                part, seg.ts[seg.offsets[g]:seg.offsets[g + 1]] - self.width, side="right")
+            keep[g] = np.searchsorted(part, part[-1] - self.width, side="right")
+        new_t = total_len - keep
+        keep_pos = seg_positions(a[:-1] + keep, new_t)
+        got = (t_len.copy(), a, tail_pos, new_pos, t_all, s, keep, new_t, keep_pos)
+        seg.shared[self.width] = got
+        return got
+
+    def update_block(self, seg: Segments, x: np.ndarray) -> np.ndarray:
+        """Statistic at each new sample of ``seg`` (same order), ``x`` its values."""
+        if len(seg.ts) == 0:
+            self._grow(seg.n_slots)
             return np.empty(0)
-        tail = self._tails.setdefault(gpu, _Tail())
+        self._grow(seg.n_slots)
         kind = self.kind
-        n_tail = len(tail.ts)
-        shared = None if starts is None else starts.get(self.width)
-        if shared is None or len(shared[0]) != n_new or len(shared[1]) != n_tail + n_new:
-            t_all = np.concatenate((tail.ts, ts))
-            s = np.searchsorted(t_all, ts - self.width, side="right")
-            keep = int(np.searchsorted(t_all, t_all[-1] - self.width, side="right"))
-            shared = (s, t_all, keep)
-            if starts is not None:
-                starts[self.width] = shared
-        s, t_all, keep = shared
-        needs_x = kind in ("min", "max", "last", "slope")
-        x_all = np.concatenate((tail.x, x)) if needs_x else x
-        e = np.arange(n_tail, n_tail + n_new) if needs_x else None
-
+        _, a, tail_pos, new_pos, t_all, s, keep, new_t, keep_pos = self._layout(seg)
+        n_slots = seg.n_slots
+        slot_ids = np.arange(n_slots)
+        gi = seg.gi
+        d = seg.d
         valid = ~np.isnan(x)
+        if kind in _NEEDS_X:
+            x_all = np.empty(len(t_all))
+            x_all[tail_pos] = self.tail_x
+            x_all[new_pos] = x
         terms: dict[str, np.ndarray] = {}
         # Every sample but a GPU's first-ever one has d > 0 (timestamps strictly increase),
         # so a window whose weights sum to 0 holds that first sample and nothing valid else.
         if kind == "mean":
-            if tail.first is None:
-                tail.first = float(x[0])
+            fresh = np.flatnonzero((seg.counts > 0) & ~self.has_first)
+            if len(fresh):
+                self.first[fresh] = x[seg.offsets[fresh]]
+                self.has_first[fresh] = True
             terms = {"xd": np.where(valid, x * d, 0.0), "d": np.where(valid, d, 0.0),
                      "n": valid.astype(np.float64)}
         elif kind == "frac":
             c = np.where(valid & (x != 0), 1.0, 0.0)
             terms = {"cd": c * d, "d": d}
         elif kind in ("delta", "rate"):
-            terms = {"inc": self._increments(tail, x, valid)}
+            terms = {"inc": self._increments(seg, x, valid)}
+
+        # prefix sums, per slot [base, tail prefixes..., new prefixes...]
+        p_tail_pos = tail_pos + np.repeat(slot_ids, self.tail_len) + 1
+        p_new_pos = new_pos + gi + 1
+        p_base_pos = a[:-1] + slot_ids
+        p_before = a[:-1] + self.tail_len + slot_ids  # last tail prefix (or base)
+        width2d = int(seg.counts.max()) + 1
+        flat = gi * width2d + (np.arange(len(gi)) - seg.offsets[gi]) + 1
         full: dict[str, np.ndarray] = {}
         for name, term in terms.items():
-            # [base, tail prefixes..., new prefixes...]; the new part is one sequential
-            # cumsum continuing from the last carried prefix (bit-identical to tick mode)
-            p = np.empty(1 + n_tail + n_new)
-            p[0] = tail.base.get(name, 0.0)
-            if n_tail:
-                p[1:1 + n_tail] = tail.pre[name]
-            p[1 + n_tail:] = term
-            np.cumsum(p[n_tail:], out=p[n_tail:])
+            p = np.empty(len(t_all) + n_slots)
+            p[p_base_pos] = self.base.get(name, np.zeros(n_slots))
+            p[p_tail_pos] = self.tail_pre.get(name, np.empty(0))
+            m = np.zeros((n_slots, width2d))
+            m[:, 0] = p[p_before]
+            m.ravel()[flat] = term
+            np.cumsum(m, axis=1, out=m)
+            p[p_new_pos] = m.ravel()[flat]
             full[name] = p
+
+        ps = s + gi  # P index of the prefix before each window start
 
         def wsum(name: str) -> np.ndarray:
             p = full[name]
-            return p[n_tail + 1:] - p[s]
+            return p[p_new_pos] - p[ps]
 
         with np.errstate(invalid="ignore", divide="ignore"):
             if kind == "mean":
@@ -112,7 +180,7 @@ class Window:
                 out = wsum("xd") / sd
                 zero = sd <= 0
                 if zero.any():
-                    out[zero] = np.where(wsum("n")[zero] > 0, tail.first, NAN)
+                    out[zero] = np.where(wsum("n")[zero] > 0, self.first[gi[zero]], NAN)
             elif kind == "frac":
                 sd = wsum("d")
                 out = 100.0 * np.where(sd > 0, wsum("cd") / np.where(sd > 0, sd, 1.0), c)
@@ -121,11 +189,11 @@ class Window:
             elif kind == "rate":
                 out = wsum("inc") / self.width
             elif kind in ("min", "max"):
-                out = range_reduce(x_all, s, e, np.fmin if kind == "min" else np.fmax)
+                out = range_reduce(x_all, s, new_pos, np.fmin if kind == "min" else np.fmax)
             else:  # last, slope
                 idx = np.arange(len(x_all))
                 ok = ~np.isnan(x_all)
-                lv = np.maximum.accumulate(np.where(ok, idx, -1))[e]
+                lv = np.maximum.accumulate(np.where(ok, idx, -1))[new_pos]
                 has = lv >= s
                 lv_c = np.where(has, lv, 0)
                 if kind == "last":
@@ -133,35 +201,42 @@ class Window:
                 else:
                     fv_all = np.minimum.accumulate(np.where(ok, idx, len(x_all))[::-1])[::-1]
                     fv = fv_all[s]
-                    fv_c = np.where(fv <= e, fv, 0)
+                    in_w = fv <= new_pos
+                    fv_c = np.where(in_w, fv, 0)
                     dt = t_all[lv_c] - t_all[fv_c]
-                    good = has & (fv <= e) & (dt > 0)
+                    good = has & in_w & (dt > 0)
                     out = np.where(good, (x_all[lv_c] - x_all[fv_c]) / np.where(good, dt, 1.0),
                                    NAN)
 
-        # keep what a later window can still see: ts > last - width
-        tail.ts = t_all[keep:]
-        tail.x = x_all[keep:] if needs_x else np.empty(0)
+        # keep what a later window can still see: per slot, ts > last - width
+        gi_keep = np.repeat(slot_ids, new_t)
+        self.tail_ts = t_all[keep_pos]
+        if kind in _NEEDS_X:
+            self.tail_x = x_all[keep_pos]
         for name, p in full.items():
-            tail.base[name] = float(p[keep])
-            tail.pre[name] = p[keep + 1:]
+            self.base[name] = p[a[:-1] + keep + slot_ids]
+            self.tail_pre[name] = p[keep_pos + gi_keep + 1]
+        self.tail_len = new_t.copy()
         return out
 
-    @staticmethod
-    def _increments(tail: _Tail, x: np.ndarray, valid: np.ndarray) -> np.ndarray:
-        """Counter rises at each new sample (reset-tolerant); updates ``tail.last_valid``."""
-        arr = np.concatenate(([tail.last_valid], x))
+    def _increments(self, seg: Segments, x: np.ndarray, valid: np.ndarray) -> np.ndarray:
+        """Counter rises at each new sample (reset-tolerant); updates ``last_valid``."""
+        n_slots = seg.n_slots
+        # per slot: [last valid reading, new values...]
+        e_start = seg.offsets[:-1] + np.arange(n_slots)
+        e_new = np.arange(len(x)) + seg.gi + 1
+        arr = np.empty(len(x) + n_slots)
+        arr[e_start] = self.last_valid[:n_slots]
+        arr[e_new] = x
         ok = ~np.isnan(arr)
+        ok[e_start] = True  # slot starts are barriers (their value may be NaN: unknown)
         ff = np.maximum.accumulate(np.where(ok, np.arange(len(arr)), 0))
-        prev = arr[ff[:-1]]
+        prev = arr[ff[e_new - 1]]
         has_prev = ~np.isnan(prev)
         inc = np.where(valid & has_prev, np.where(x >= prev, x - prev, x), 0.0)
-        tail.last_valid = float(arr[ff[-1]])
+        ends = seg.offsets[1:] + np.arange(n_slots)  # last element of each slot
+        self.last_valid[:n_slots] = arr[ff[ends]]
         return inc
-
-    def forget(self, gpu: str) -> None:
-        """Drop a GPU's carried samples (it vanished)."""
-        self._tails.pop(gpu, None)
 
 
 def range_reduce(x: np.ndarray, s: np.ndarray, e: np.ndarray, fn: np.ufunc) -> np.ndarray:
