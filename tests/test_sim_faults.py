@@ -8,6 +8,7 @@ import statistics
 import pytest
 
 from watchdog import reasons as R
+from watchdog.errors import InputError
 from watchdog.incident import KINDS
 from watchdog.sources.sim import MODELS, SimSource
 
@@ -66,10 +67,15 @@ def pcie(s, m) -> bool:
     return not s.lost and s.values["pcie.link.width.current"] < m.pcie_max_width
 
 
+def nvlink(s, m) -> bool:
+    return not s.lost and s.values["nvlink.errors.crc_flit"] > 0
+
+
 VISIBLE = {  # scenario -> (predicate, seconds after onset by which it must show)
     "comm_hang": (hang, 0.0), "stall": (stall, 0.0), "thermal_throttle": (thermal, 15.0),
     "hw_slowdown": (hw_slowdown, 0.0), "memory_pressure": (memory, 0.0),
     "gpu_lost": (lost, 0.0), "ecc": (ecc, 0.0), "pcie_degraded": (pcie, 0.0),
+    "nvlink_errors": (nvlink, 0.0),
 }
 
 
@@ -83,6 +89,10 @@ def run(spec, model="h100-sxm", gpus=4, duration=480.0, interval=1.0, seed=0):
 def test_fault_shows_on_its_gpus_from_onset_and_nowhere_else(scenario, model):
     m = MODELS[model]
     pred, lag = VISIBLE[scenario]
+    if scenario == "nvlink_errors" and not m.nvlink:
+        with pytest.raises(InputError, match="no NVLink"):
+            run(f"sim:{scenario}", model=model)
+        return
     src, ticks = run(f"sim:{scenario}", model=model)
     (gt,) = src.ground_truth()
     assert gt.kind == scenario and gt.kind in KINDS and gt.onset == START + ONSET
@@ -209,3 +219,12 @@ def test_combined_faults_each_show_on_their_own_gpus():
     assert all(hang(last[i], m) for i in truth["comm_hang"].gpus)
     assert thermal(last[truth["thermal_throttle"].gpus[0]], m)
     assert not any(hang(s, m) for ts, ss in ticks if ts < truth["comm_hang"].onset for s in ss)
+
+
+def test_nvlink_errors_grow_at_the_given_rate_with_replays_and_a_recovery():
+    _, ticks = run("sim:nvlink_errors(rate=120,gpus=2)", duration=400.0)
+    at = {round(ts - START): ss[2].values for ts, ss in ticks}
+    assert at[ONSET - 1]["nvlink.errors.crc_flit"] == 0
+    assert at[ONSET + 30]["nvlink.errors.crc_flit"] - at[ONSET]["nvlink.errors.crc_flit"] == 60
+    assert at[ONSET + 30]["nvlink.errors.replay"] > 0
+    assert at[ONSET + 30]["nvlink.errors.recovery"] == 1

@@ -23,6 +23,8 @@ scenario also takes ``gpus=`` and ``for=DURATION``):
 * ``ecc``: uncorrected volatile ECC +1, one uncorrectable row remap pending.
 * ``pcie_degraded`` (``width=``, default 8; ``gen=``; ``rate=`` replays/min, default 30):
   the link trains down and replays grow.
+* ``nvlink_errors`` (``rate=`` CRC errors/min, default 20): NVLink flit CRC errors grow,
+  with replays (a quarter of them) and one link recovery; models with NVLink only.
 * ``straggler`` (``factor=X``, default 0.75): one GPU persistently slower than its
   peers (clocks, power, util duty) with no limiter bit to explain it.
 
@@ -289,6 +291,22 @@ class PcieDegraded(Fault):
         st.pcie_rx *= 0.5
 
 
+class NvlinkErrors(Fault):
+    name = kind = "nvlink_errors"
+    params_help: ClassVar[dict[str, str]] = {
+        "rate": "NVLink CRC flit errors per minute (default 20)"}
+
+    def configure(self, params: dict[str, str]) -> None:
+        if not self.job.model.nvlink:
+            raise InputError(f"{self.where}: {self.job.model.key} has no NVLink "
+                             "(try --model h100-sxm)")
+        self.rate = self._num(params, "rate", 20.0, 1.0, 1e6)
+        self.params["rate"] = self.rate
+
+    def apply(self, g: int, t: float, st: GpuState, tk: int) -> None:
+        st.nvlink_extra += 1 + int(self.rate * (t - self.onset) / 60.0)
+
+
 class Straggler(Fault):
     name = kind = "straggler"
     params_help: ClassVar[dict[str, str]] = {
@@ -314,7 +332,7 @@ class Straggler(Fault):
 SCENARIOS: dict[str, type[Fault] | None] = {
     "healthy": None,
     **{c.name: c for c in (CommHang, Stall, ThermalThrottle, HwSlowdown, MemoryPressure,
-                           GpuLost, Xid, Ecc, PcieDegraded, Straggler)},
+                           GpuLost, Xid, Ecc, PcieDegraded, NvlinkErrors, Straggler)},
 }
 COMMON_PARAMS = {"gpus": "GPU list: 3, 0-3, 0+2, all", "for": "duration (default: until the end)"}
 

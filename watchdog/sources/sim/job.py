@@ -48,11 +48,11 @@ class GpuState:
     Units: util and activity in %, power in W, clocks in MHz, memory in MiB, PCIe
     throughput in KB/s. Faults edit these fields; ``cooling`` (thermal-resistance
     multiplier) and ``tau_s`` are read by the node's thermal model, the ``ecc_*``,
-    ``remap_*`` and ``replay_*`` fields are added to the node's counters.
+    ``remap_*``, ``replay_*`` and ``nvlink_*`` fields are added to the node's counters.
     """
 
-    __slots__ = ("cooling", "dram", "ecc_unc", "lost", "mem_used", "mem_util", "pcie_gen",
-                 "pcie_rx", "pcie_tx", "pcie_width", "power", "process", "reasons",
+    __slots__ = ("cooling", "dram", "ecc_unc", "lost", "mem_used", "mem_util", "nvlink_extra",
+                 "pcie_gen", "pcie_rx", "pcie_tx", "pcie_width", "power", "process", "reasons",
                  "remap_pending", "replay_extra", "sm_act", "sm_mhz", "sm_occ", "tau_s",
                  "tensor", "util")
 
@@ -78,6 +78,7 @@ class GpuState:
         self.ecc_unc = 0  # uncorrected ECC errors added by a fault (count)
         self.remap_pending = 0  # 1 while a row remap waits for a reset
         self.replay_extra = 0  # PCIe replays added by a fault (count)
+        self.nvlink_extra = 0  # NVLink CRC flit errors added by a fault (count)
 
 
 class TrainingJob:

@@ -176,7 +176,10 @@ class SimSource:
         temp, energy, v_power, v_thermal, v_sync = slow
         sm = min(m.max_sm_mhz, 15.0 * round(st.sm_mhz / 15.0))  # clocks move in 15 MHz bins
         gpm = m.gpm
-        nvl = 0.0 if m.nvlink else None
+        nvl = nvl_replay = nvl_recovery = None
+        if m.nvlink:
+            nvl = float(st.nvlink_extra)
+            nvl_replay, nvl_recovery = float(st.nvlink_extra // 4), float(st.nvlink_extra > 0)
         unc = float(st.ecc_unc)
         values: dict[str, float | None] = {
             "utilization.gpu": float(round(st.util)),
@@ -217,9 +220,9 @@ class SimSource:
             "pcie.tx_throughput": float(round(st.pcie_tx)),
             "pcie.rx_throughput": float(round(st.pcie_rx)),
             "nvlink.errors.crc_flit": nvl,
-            "nvlink.errors.crc_data": nvl,
-            "nvlink.errors.replay": nvl,
-            "nvlink.errors.recovery": nvl,
+            "nvlink.errors.crc_data": 0.0 if m.nvlink else None,
+            "nvlink.errors.replay": nvl_replay,
+            "nvlink.errors.recovery": nvl_recovery,
         }
         procs: tuple[ProcessInfo, ...] = ()
         if st.process:
