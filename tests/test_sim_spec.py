@@ -12,7 +12,7 @@ from hypothesis import strategies as st
 from watchdog.errors import InputError
 from watchdog.sources import SourceOptions, open_live
 from watchdog.sources.base import LiveSource
-from watchdog.sources.sim import SCENARIOS, SimSource
+from watchdog.sources.sim import SCENARIOS, SimSource, scenarios_for
 from watchdog.sources.sim.spec import parse_gpus, parse_spec
 
 START = 1_750_000_000.0
@@ -148,3 +148,10 @@ def test_any_spec_text_either_parses_or_is_one_input_error(body):
         assert "\n" not in str(e)
         return
     assert all(set(gt.gpus) <= set(range(4)) for gt in src.ground_truth())
+
+
+def test_scenarios_for_a_model_leave_out_what_it_cannot_have():
+    assert scenarios_for("h100-sxm") == list(SCENARIOS)
+    assert "nvlink_errors" not in scenarios_for("a100-pcie")
+    for name in scenarios_for("a100-pcie"):
+        SimSource.from_spec(f"sim:{name}", model="a100-pcie", start=START)

@@ -12,8 +12,8 @@
 Standard library only (no numpy, no pandas): this is on the ``watchdog check`` path.
 """
 
-from watchdog.sources.sim.faults import SCENARIOS
+from watchdog.sources.sim.faults import SCENARIOS, scenarios_for
 from watchdog.sources.sim.models import MODELS
 from watchdog.sources.sim.source import GroundTruth, SimSource
 
-__all__ = ["MODELS", "SCENARIOS", "GroundTruth", "SimSource"]
+__all__ = ["MODELS", "SCENARIOS", "GroundTruth", "SimSource", "scenarios_for"]

@@ -43,6 +43,7 @@ from watchdog import reasons as R
 from watchdog.errors import InputError
 from watchdog.sources.sim import noise
 from watchdog.sources.sim.job import GpuState, TrainingJob
+from watchdog.sources.sim.models import GpuModel, get_model
 from watchdog.sources.sim.spec import Request, parse_duration, parse_gpus
 
 DEFAULT_ONSET_S = 300.0
@@ -69,6 +70,11 @@ class Fault:
         self.params: dict[str, Any] = {}
         self._bases = {g: noise.key(job.seed, _S_FAULT, g) for g in gpus}
         self.configure(params)
+
+    @classmethod
+    def supports(cls, model: GpuModel) -> bool:
+        """Whether this scenario can be injected into a GPU of ``model``."""
+        return True
 
     def configure(self, params: dict[str, str]) -> None:
         """Read scenario parameters (already checked against ``params_help``)."""
@@ -296,8 +302,12 @@ class NvlinkErrors(Fault):
     params_help: ClassVar[dict[str, str]] = {
         "rate": "NVLink CRC flit errors per minute (default 20)"}
 
+    @classmethod
+    def supports(cls, model: GpuModel) -> bool:
+        return model.nvlink
+
     def configure(self, params: dict[str, str]) -> None:
-        if not self.job.model.nvlink:
+        if not self.supports(self.job.model):
             raise InputError(f"{self.where}: {self.job.model.key} has no NVLink "
                              "(try --model h100-sxm)")
         self.rate = self._num(params, "rate", 20.0, 1.0, 1e6)
@@ -335,6 +345,12 @@ SCENARIOS: dict[str, type[Fault] | None] = {
                            GpuLost, Xid, Ecc, PcieDegraded, NvlinkErrors, Straggler)},
 }
 COMMON_PARAMS = {"gpus": "GPU list: 3, 0-3, 0+2, all", "for": "duration (default: until the end)"}
+
+
+def scenarios_for(model: str) -> list[str]:
+    """The scenario names that can run on GPU model ``model`` (e.g. no NVLink on PCIe)."""
+    m = get_model(model)
+    return [name for name, cls in SCENARIOS.items() if cls is None or cls.supports(m)]
 
 
 def _fmt(gpus: tuple[int, ...]) -> str:
