@@ -80,12 +80,17 @@ def test_same_seed_same_trace_and_another_seed_differs():
     assert flat != [[as_tuple(s) for s in ss] for _, ss in c]
 
 
-@pytest.mark.parametrize("spec", ["sim", "sim:thermal_throttle@200", "sim:pcie_degraded@100"])
-def test_state_at_t_does_not_depend_on_the_sampling_interval(spec):
-    _, fine = trace(spec, duration=400.0, interval=0.5)
-    _, coarse = trace(spec, duration=400.0, interval=5.0)
+@pytest.mark.parametrize(("spec", "fine_s", "coarse_s", "duration"), [
+    ("sim", 0.5, 5.0, 400.0),
+    ("sim:thermal_throttle@200", 0.5, 5.0, 400.0),
+    ("sim:pcie_degraded@100", 1.0, 5.0, 400.0),
+    ("sim:thermal_throttle@30", 0.1, 1.0, 90.0),
+])
+def test_state_at_t_does_not_depend_on_the_sampling_interval(spec, fine_s, coarse_s, duration):
+    _, fine = trace(spec, duration=duration, interval=fine_s)
+    _, coarse = trace(spec, duration=duration, interval=coarse_s)
     by_ts = {ts: ss for ts, ss in fine}
-    assert len(coarse) == 80
+    assert len(coarse) == round(duration / coarse_s)
     for ts, ss in coarse:
         # XID delivery is per sample (events since the last one); everything else matches
         assert [as_tuple(s)[:6] for s in ss] == [as_tuple(s)[:6] for s in by_ts[ts]], ts
