@@ -18,7 +18,7 @@ from __future__ import annotations
 import heapq
 import math
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -68,18 +68,22 @@ class EntityState:
     incident: Any = None
 
 
-@dataclass
 class _Cursor:
-    key: str
-    ts: np.ndarray
-    cond: np.ndarray
-    clr: np.ndarray
-    st: EntityState
-    i: int = 0
-    true_idx: np.ndarray = field(default_factory=lambda: np.empty(0, np.int64))
-    false_idx: np.ndarray = field(default_factory=lambda: np.empty(0, np.int64))
-    clr_true: np.ndarray = field(default_factory=lambda: np.empty(0, np.int64))
-    clr_false: np.ndarray = field(default_factory=lambda: np.empty(0, np.int64))
+    """One entity's block and position; index arrays are computed when first needed."""
+
+    def __init__(self, key: str, ts: np.ndarray, cond: np.ndarray, clr: np.ndarray,
+                 st: EntityState) -> None:
+        self.key, self.ts, self.cond, self.clr, self.st = key, ts, cond, clr, st
+        self.i = 0
+        self._idx: dict[str, np.ndarray] = {}
+
+    def idx(self, what: str) -> np.ndarray:
+        """Sorted indices where cond/clear is true/false (``what``: ct, cf, rt, rf)."""
+        got = self._idx.get(what)
+        if got is None:
+            arr = self.cond if what[0] == "c" else self.clr
+            got = self._idx[what] = np.flatnonzero(arr if what[1] == "t" else ~arr)
+        return got
 
 
 def _next(idx: np.ndarray, i: int, n: int) -> int:
@@ -114,9 +118,7 @@ class Machine:
         cursors: list[_Cursor] = []
         for order, (key, ts, cond, clr) in enumerate(inputs):
             st = self.states.setdefault(key, EntityState())
-            c = _Cursor(key, ts, cond, clr, st,
-                        true_idx=np.flatnonzero(cond), false_idx=np.flatnonzero(~cond),
-                        clr_true=np.flatnonzero(clr), clr_false=np.flatnonzero(~clr))
+            c = _Cursor(key, ts, cond, clr, st)
             cursors.append(c)
             intervals[key] = []
             self._push(heap, c, order)
@@ -162,21 +164,21 @@ class Machine:
         st = c.st
         while c.i < n:
             if st.phase == "inactive":
-                j = _next(c.true_idx, c.i, n)
+                j = _next(c.idx('ct'), c.i, n)
                 return ("start", j) if j < n else None
             if st.phase == "pending":
-                k = _next(c.false_idx, c.i, n)
+                k = _next(c.idx('cf'), c.i, n)
                 f = max(c.i, int(np.searchsorted(c.ts, st.since + st.for_used, side="left")))
                 if f < k and f < n:
                     return ("fire", f)
                 return ("forget", k) if k < n else None
             # firing: the clear test must hold continuously for keep_firing_for
             if st.clear_since is None:
-                m = _next(c.clr_true, c.i, n)
+                m = _next(c.idx('rt'), c.i, n)
                 if m >= n:
                     return None
                 st.clear_since, c.i = float(c.ts[m]), m
-            q = _next(c.clr_false, c.i, n)
+            q = _next(c.idx('rf'), c.i, n)
             r = max(c.i, int(np.searchsorted(c.ts, st.clear_since + self.keep, side="left")))
             if r < q and r < n:
                 return ("resolve", r)

@@ -92,7 +92,7 @@ class Window:
     def _layout(self, seg: Segments) -> tuple:
         """Per-width layout of tail + new samples (shared by windows of this width)."""
         got = seg.shared.get(self.width)
-        if got is not None and np.array_equal(got[0], self.tail_len):
+        if got is not None and (got[0] is self.tail_len or np.array_equal(got[0], self.tail_len)):
             return got
         t_len, n_new = self.tail_len, seg.counts
         total_len = t_len + n_new
@@ -112,7 +112,21 @@ class Window:
             keep[g] = np.searchsorted(part, part[-1] - self.width, side="right")
         new_t = total_len - keep
         keep_pos = seg_positions(a[:-1] + keep, new_t)
-        got = (t_len.copy(), a, tail_pos, new_pos, t_all, s, keep, new_t, keep_pos)
+        slot_ids = np.arange(seg.n_slots)
+        gi = seg.gi
+        width2d = int(seg.counts.max()) + 1
+        # positions in the prefix-sum layout: per slot [base, tail..., new...]
+        pre = {
+            "tail": tail_pos + np.repeat(slot_ids, t_len) + 1,
+            "new": new_pos + gi + 1,
+            "base": a[:-1] + slot_ids,
+            "before": a[:-1] + t_len + slot_ids,
+            "start": s + gi,
+            "flat": gi * width2d + (np.arange(len(gi)) - seg.offsets[gi]) + 1,
+            "keep_base": a[:-1] + keep + slot_ids,
+            "keep": keep_pos + np.repeat(slot_ids, new_t) + 1,
+        }
+        got = (t_len, a, tail_pos, new_pos, t_all, s, new_t, keep_pos, pre, width2d)
         seg.shared[self.width] = got
         return got
 
@@ -123,9 +137,8 @@ class Window:
             return np.empty(0)
         self._grow(seg.n_slots)
         kind = self.kind
-        _, a, tail_pos, new_pos, t_all, s, keep, new_t, keep_pos = self._layout(seg)
+        _, _a, tail_pos, new_pos, t_all, s, new_t, keep_pos, pre, width2d = self._layout(seg)
         n_slots = seg.n_slots
-        slot_ids = np.arange(n_slots)
         gi = seg.gi
         d = seg.d
         valid = ~np.isnan(x)
@@ -149,26 +162,21 @@ class Window:
         elif kind in ("delta", "rate"):
             terms = {"inc": self._increments(seg, x, valid)}
 
-        # prefix sums, per slot [base, tail prefixes..., new prefixes...]
-        p_tail_pos = tail_pos + np.repeat(slot_ids, self.tail_len) + 1
-        p_new_pos = new_pos + gi + 1
-        p_base_pos = a[:-1] + slot_ids
-        p_before = a[:-1] + self.tail_len + slot_ids  # last tail prefix (or base)
-        width2d = int(seg.counts.max()) + 1
-        flat = gi * width2d + (np.arange(len(gi)) - seg.offsets[gi]) + 1
+        # prefix sums, per slot [base, tail prefixes..., new prefixes...]; the new part is
+        # one sequential cumsum per slot (rows of m) continuing from its last prefix
+        p_new_pos, ps, flat = pre["new"], pre["start"], pre["flat"]
         full: dict[str, np.ndarray] = {}
         for name, term in terms.items():
             p = np.empty(len(t_all) + n_slots)
-            p[p_base_pos] = self.base.get(name, np.zeros(n_slots))
-            p[p_tail_pos] = self.tail_pre.get(name, np.empty(0))
+            p[pre["base"]] = self.base.get(name, np.zeros(n_slots))
+            p[pre["tail"]] = self.tail_pre.get(name, np.empty(0))
             m = np.zeros((n_slots, width2d))
-            m[:, 0] = p[p_before]
-            m.ravel()[flat] = term
+            m[:, 0] = p[pre["before"]]
+            flat_m = m.reshape(-1)
+            flat_m[flat] = term
             np.cumsum(m, axis=1, out=m)
-            p[p_new_pos] = m.ravel()[flat]
+            p[p_new_pos] = flat_m[flat]
             full[name] = p
-
-        ps = s + gi  # P index of the prefix before each window start
 
         def wsum(name: str) -> np.ndarray:
             p = full[name]
@@ -209,14 +217,13 @@ class Window:
                                    NAN)
 
         # keep what a later window can still see: per slot, ts > last - width
-        gi_keep = np.repeat(slot_ids, new_t)
         self.tail_ts = t_all[keep_pos]
         if kind in _NEEDS_X:
             self.tail_x = x_all[keep_pos]
         for name, p in full.items():
-            self.base[name] = p[a[:-1] + keep + slot_ids]
-            self.tail_pre[name] = p[keep_pos + gi_keep + 1]
-        self.tail_len = new_t.copy()
+            self.base[name] = p[pre["keep_base"]]
+            self.tail_pre[name] = p[pre["keep"]]
+        self.tail_len = new_t
         return out
 
     def _increments(self, seg: Segments, x: np.ndarray, valid: np.ndarray) -> np.ndarray:
