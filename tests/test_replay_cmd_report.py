@@ -6,7 +6,7 @@ import io
 
 from watchdog.incident import Incident
 from watchdog.report.progress import Progress, should_show
-from watchdog.report.table import HEADERS, duration, format_table, gpu_list
+from watchdog.report.table import HEADERS, duration, format_table, gpu_legend, gpu_list
 
 T0 = 1_763_712_000.0  # 2025-11-21T08:00:00Z
 
@@ -75,3 +75,13 @@ def test_progress_bar_writes_to_its_stream_only_when_enabled():
         bar.update(60)
     assert "log.csv" in on.getvalue() and "/100" in on.getvalue()
     assert off.getvalue() == ""
+
+
+def test_gpu_legend_maps_each_index_to_its_uuid_once():
+    a = inc("nodea", ("0", "1"))
+    b = inc("nodea", ("1", "10"))
+    c = inc("nodeb", ("0",))
+    assert gpu_legend([a, b, c]).splitlines() == [
+        "  nodea  GPU 0   U0", "  nodea  GPU 1   U1", "  nodea  GPU 10  U10",
+        "  nodeb  GPU 0   U0"]
+    assert gpu_legend([]) == ""

@@ -248,13 +248,16 @@ def run(args: argparse.Namespace) -> int:
                "rules": rule_count(rules)}
         sys.stdout.write(json.dumps(doc) + "\n")
     else:
-        from watchdog.report.table import format_table
+        from watchdog.report.table import format_table, gpu_legend
 
         for r in results:
             s = r.source_json()
             print(f"{r.path}: host {s['host']}, {s['gpus']} GPUs, {s['samples']} samples, "
                   f"{s['start']} .. {s['end']}")
         print(format_table(incidents))
+        legend = gpu_legend(incidents)
+        if legend:
+            print("GPU identities:\n" + legend)
     if args.plot:
         from watchdog.report.plot import plot_timeline
 

@@ -70,6 +70,23 @@ def rows(incidents: Iterable[Incident]) -> list[tuple[str, ...]]:
     return out
 
 
+def gpu_legend(incidents: Iterable[Incident]) -> str:
+    """Which UUID each GPU index of the table is (indices renumber, UUIDs do not).
+
+    One line per GPU named by an incident, ``host  GPU i  UUID``; empty when none.
+    """
+    seen: dict[tuple[str, int | str, str], None] = {}
+    for inc in incidents:
+        for g, u in zip(inc.gpus, inc.uuids, strict=False):
+            key = int(g) if g.isdigit() else g
+            seen[(inc.host, key, u)] = None
+    rows = sorted(seen, key=lambda k: (k[0], str(type(k[1])), k[1]))
+    if not rows:
+        return ""
+    width = max(len(h) for h, _, _ in rows)
+    return "\n".join(f"  {h.ljust(width)}  GPU {i!s:<3} {u}" for h, i, u in rows)
+
+
 def format_table(incidents: Sequence[Incident]) -> str:
     """The whole table as text (no trailing newline); a one-line note when there is none."""
     if not incidents:
