@@ -125,6 +125,7 @@ class Window:
             "flat": gi * width2d + (np.arange(len(gi)) - seg.offsets[gi]) + 1,
             "keep_base": a[:-1] + keep + slot_ids,
             "keep": keep_pos + np.repeat(slot_ids, new_t) + 1,
+            "keep_loc": keep,
         }
         got = (t_len, a, tail_pos, new_pos, t_all, s, new_t, keep_pos, pre, width2d)
         seg.shared[self.width] = got
@@ -138,7 +139,6 @@ class Window:
         self._grow(seg.n_slots)
         kind = self.kind
         _, _a, tail_pos, new_pos, t_all, s, new_t, keep_pos, pre, width2d = self._layout(seg)
-        n_slots = seg.n_slots
         gi = seg.gi
         d = seg.d
         valid = ~np.isnan(x)
@@ -162,25 +162,10 @@ class Window:
         elif kind in ("delta", "rate"):
             terms = {"inc": self._increments(seg, x, valid)}
 
-        # prefix sums, per slot [base, tail prefixes..., new prefixes...]; the new part is
-        # one sequential cumsum per slot (rows of m) continuing from its last prefix
-        p_new_pos, ps, flat = pre["new"], pre["start"], pre["flat"]
-        full: dict[str, np.ndarray] = {}
-        for name, term in terms.items():
-            p = np.empty(len(t_all) + n_slots)
-            p[pre["base"]] = self.base.get(name, np.zeros(n_slots))
-            p[pre["tail"]] = self.tail_pre.get(name, np.empty(0))
-            m = np.zeros((n_slots, width2d))
-            m[:, 0] = p[pre["before"]]
-            flat_m = m.reshape(-1)
-            flat_m[flat] = term
-            np.cumsum(m, axis=1, out=m)
-            p[p_new_pos] = flat_m[flat]
-            full[name] = p
+        sums = self._sums(seg, terms, s, pre, width2d)
 
         def wsum(name: str) -> np.ndarray:
-            p = full[name]
-            return p[p_new_pos] - p[ps]
+            return sums[name]
 
         with np.errstate(invalid="ignore", divide="ignore"):
             if kind == "mean":
@@ -220,11 +205,75 @@ class Window:
         self.tail_ts = t_all[keep_pos]
         if kind in _NEEDS_X:
             self.tail_x = x_all[keep_pos]
-        for name, p in full.items():
-            self.base[name] = p[pre["keep_base"]]
-            self.tail_pre[name] = p[pre["keep"]]
         self.tail_len = new_t
         return out
+
+    def _sums(self, seg: Segments, terms: dict[str, np.ndarray], s: np.ndarray,
+              pre: dict[str, np.ndarray], width2d: int) -> dict[str, np.ndarray]:
+        """Window sums of each term at every new sample; carries the prefix-sum tails.
+
+        Per slot the prefix sums are ``[base, tail prefixes..., new prefixes...]``; the new
+        part is one sequential cumsum continuing from the slot's last prefix, so block and
+        tick evaluation give the same bits. Small blocks (live ticks) do every slot at once
+        with fancy indexing; large blocks (replay) go slot by slot on contiguous slices
+        (faster there). Both paths perform the same additions.
+        """
+        n_slots = seg.n_slots
+        if len(seg.ts) <= 32 * n_slots:
+            return self._sums_joint(seg, terms, pre, width2d)
+        t_len = self.tail_len
+        t_off = np.concatenate(([0], np.cumsum(t_len)))
+        keep = pre["keep_loc"]
+        a = pre["base"] - np.arange(n_slots)  # slot starts in the tail+new layout
+        sums = {name: np.empty(len(seg.ts)) for name in terms}
+        parts: dict[str, list[np.ndarray]] = {name: [] for name in terms}
+        bases = {name: self.base.get(name, np.zeros(n_slots)).copy() for name in terms}
+        tails = {name: self.tail_pre.get(name, np.empty(0)) for name in terms}
+        for g in range(n_slots):
+            t, n = int(t_len[g]), int(seg.counts[g])
+            lo, hi = int(t_off[g]), int(t_off[g + 1])
+            if n == 0:
+                for name in terms:
+                    parts[name].append(tails[name][lo:hi])
+                continue
+            o0, o1 = int(seg.offsets[g]), int(seg.offsets[g + 1])
+            s_loc = s[o0:o1] - a[g]
+            k = int(keep[g])
+            for name, term in terms.items():
+                p = np.empty(1 + t + n)
+                p[0] = bases[name][g]
+                p[1:1 + t] = tails[name][lo:hi]
+                p[1 + t:] = term[o0:o1]
+                np.cumsum(p[t:], out=p[t:])
+                sums[name][o0:o1] = p[1 + t:] - p[s_loc]
+                bases[name][g] = p[k]
+                parts[name].append(p[k + 1:])
+        for name in terms:
+            self.base[name] = bases[name]
+            self.tail_pre[name] = np.concatenate(parts[name]) if parts[name] else np.empty(0)
+        return sums
+
+    def _sums_joint(self, seg: Segments, terms: dict[str, np.ndarray],
+                    pre: dict[str, np.ndarray], width2d: int) -> dict[str, np.ndarray]:
+        """:meth:`_sums` for every slot at once (rows of a slots × samples array)."""
+        n_slots = seg.n_slots
+        p_new_pos, ps, flat = pre["new"], pre["start"], pre["flat"]
+        size = int(pre["base"][-1]) + 1 + int(self.tail_len[-1]) + int(seg.counts[-1])
+        sums: dict[str, np.ndarray] = {}
+        for name, term in terms.items():
+            p = np.empty(size)
+            p[pre["base"]] = self.base.get(name, np.zeros(n_slots))
+            p[pre["tail"]] = self.tail_pre.get(name, np.empty(0))
+            m = np.zeros((n_slots, width2d))
+            m[:, 0] = p[pre["before"]]
+            flat_m = m.reshape(-1)
+            flat_m[flat] = term
+            np.cumsum(m, axis=1, out=m)
+            p[p_new_pos] = flat_m[flat]
+            sums[name] = p[p_new_pos] - p[ps]
+            self.base[name] = p[pre["keep_base"]]
+            self.tail_pre[name] = p[pre["keep"]]
+        return sums
 
     def _increments(self, seg: Segments, x: np.ndarray, valid: np.ndarray) -> np.ndarray:
         """Counter rises at each new sample (reset-tolerant); updates ``last_valid``."""
