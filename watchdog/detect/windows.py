@@ -99,9 +99,7 @@ class Window:
         a = np.concatenate(([0], np.cumsum(total_len)))
         tail_pos = seg_positions(a[:-1], t_len)
         new_pos = seg_positions(a[:-1] + t_len, n_new)
-        t_all = np.empty(int(a[-1]))
-        t_all[tail_pos] = self.tail_ts
-        t_all[new_pos] = seg.ts
+        t_all = _interleave(self.tail_ts, t_len, seg.ts, seg, tail_pos, new_pos)
         s = np.empty(len(seg.ts), np.int64)
         keep = np.zeros(seg.n_slots, np.int64)
         for g in np.flatnonzero(n_new):
@@ -143,9 +141,7 @@ class Window:
         d = seg.d
         valid = ~np.isnan(x)
         if kind in _NEEDS_X:
-            x_all = np.empty(len(t_all))
-            x_all[tail_pos] = self.tail_x
-            x_all[new_pos] = x
+            x_all = _interleave(self.tail_x, self.tail_len, x, seg, tail_pos, new_pos)
         terms: dict[str, np.ndarray] = {}
         # Every sample but a GPU's first-ever one has d > 0 (timestamps strictly increase),
         # so a window whose weights sum to 0 holds that first sample and nothing valid else.
@@ -293,6 +289,22 @@ class Window:
         ends = seg.offsets[1:] + np.arange(n_slots)  # last element of each slot
         self.last_valid[:n_slots] = arr[ff[ends]]
         return inc
+
+
+def _interleave(tail: np.ndarray, tail_len: np.ndarray, new: np.ndarray, seg: Segments,
+                tail_pos: np.ndarray, new_pos: np.ndarray) -> np.ndarray:
+    """Per slot: its tail values, then its new values (scatter for ticks, slices else)."""
+    if len(new) <= 32 * seg.n_slots:
+        out = np.empty(len(tail) + len(new))
+        out[tail_pos] = tail
+        out[new_pos] = new
+        return out
+    t_off = np.concatenate(([0], np.cumsum(tail_len)))
+    pieces = []
+    for g in range(seg.n_slots):
+        pieces.append(tail[t_off[g]:t_off[g + 1]])
+        pieces.append(new[seg.offsets[g]:seg.offsets[g + 1]])
+    return np.concatenate(pieces)
 
 
 def range_reduce(x: np.ndarray, s: np.ndarray, e: np.ndarray, fn: np.ufunc) -> np.ndarray:
