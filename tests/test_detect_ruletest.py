@@ -119,6 +119,14 @@ def test_unknown_metric_in_series_names_the_case(tree: Path) -> None:
         load_cases(p)
 
 
+def test_misspelt_expectation_key_is_an_error(tree: Path) -> None:
+    p = tree / "tests" / "typo.yaml"
+    p.write_text(TESTS.replace("fired_at: 6s", "fired: 6s"))
+    with pytest.raises(InputError, match=r"typo.yaml:10: test xid and lost: expect: unknown "
+                                         r"key 'fired'"):
+        load_cases(p)
+
+
 def test_rules_test_command_exit_codes(tree: Path, capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["rules", "test", str(tree / "tests")]) == 0
     assert capsys.readouterr().out.splitlines()[-1] == "2 passed, 0 failed"

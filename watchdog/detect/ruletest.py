@@ -31,6 +31,7 @@ _SEG = re.compile(r"^(?P<v>_|[-+]?(?:\d+\.?\d*|\.\d+)(?:[eE][-+]?\d+)?)"
 CASE_KEYS = ("name", "interval", "devices", "series", "xids", "eval_time", "expect",
              "expect_absent", "allow_extra")
 FILE_KEYS = ("rule_files", "interval", "devices", "tests")
+EXPECT_KEYS = ("kind", "rule", "gpus", "started_at", "fired_at", "resolved_at", "resolved")
 
 
 def parse_series(text: str) -> np.ndarray:
@@ -158,12 +159,23 @@ def _case(raw: Any, top: dict[str, Any], file: str, line: int,
     xids = [XidEvent(ts=T0 + parse_duration(str(x["at"]), what="xids: at"),
                      uuid=devs[int(x["gpu"])].uuid, index=int(x["gpu"]), code=int(x["code"]),
                      source="replay") for x in raw.get("xids") or []]
+    expect = list(raw.get("expect") or [])
+    for exp in expect:
+        if not isinstance(exp, dict) or "kind" not in exp:
+            raise InputError("expect: each entry is a mapping with at least `kind:`")
+        bad = set(exp) - set(EXPECT_KEYS)
+        if bad:
+            raise InputError(f"expect: unknown key {sorted(bad)[0]!r} "
+                             f"(expected {', '.join(EXPECT_KEYS)})")
+        for key in ("started_at", "fired_at", "resolved_at"):
+            if key in exp:
+                _bounds(exp[key])  # a bad duration fails now, with the case's line
     ev = raw.get("eval_time")
     return Case(name=str(raw.get("name", f"case {line}")), file=file, line=line,
                 rule_files=rule_files, interval=interval,
                 devices=[devs[i] for i in sorted(devs)], series=series, xids=xids,
                 eval_time=None if ev is None else parse_duration(str(ev), what="eval_time"),
-                expect=list(raw.get("expect") or []),
+                expect=expect,
                 expect_absent=[str(x) for x in raw.get("expect_absent") or []],
                 allow_extra=bool(raw.get("allow_extra", False)))
 
