@@ -9,7 +9,7 @@ import numpy as np
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from watchdog.detect.windows import KINDS, Window, range_reduce
+from watchdog.detect.windows import KINDS, Segments, Window, range_reduce
 
 MAX_GAP = 30.0
 
@@ -129,3 +129,33 @@ def test_range_reduce_ignores_nan() -> None:
     e = np.array([4, 1, 4, 4])
     got = range_reduce(x, s, e, np.fmax)
     assert np.array_equal(got, np.array([7.0, np.nan, 7.0, np.nan]), equal_nan=True)
+
+
+@settings(max_examples=40, deadline=None)
+@given(st.lists(series(), min_size=2, max_size=4), st.sampled_from(KINDS),
+       st.sampled_from([5.0, 30.0]), st.integers(1, 5), st.randoms(use_true_random=False))
+def test_several_gpus_in_one_block_match_the_reference(data, kind, width, n_blocks,
+                                                       rnd) -> None:
+    """GPUs evaluated together (some with no samples in a block) == each GPU alone."""
+    w = Window(kind, width)
+    got: list[list[np.ndarray]] = [[] for _ in data]
+    cuts = [sorted(rnd.sample(range(len(ts) + 1), min(n_blocks - 1, len(ts) + 1)))
+            for ts, _ in data]
+    for b in range(n_blocks):
+        parts = []
+        for g, (ts, x) in enumerate(data):
+            bounds = [0, *cuts[g], len(ts)]
+            lo, hi = (bounds[b], bounds[b + 1]) if b + 1 < len(bounds) else (len(ts), len(ts))
+            if b == n_blocks - 1:
+                hi = len(ts)
+            parts.append((ts[lo:hi], weights(ts)[lo:hi], x[lo:hi]))
+        seg = Segments(np.concatenate([p[0] for p in parts]),
+                       np.concatenate([p[1] for p in parts]),
+                       np.array([len(p[0]) for p in parts]))
+        out = w.update_block(seg, np.concatenate([p[2] for p in parts]))
+        for g in range(len(data)):
+            got[g].append(out[seg.offsets[g]:seg.offsets[g + 1]])
+    for g, (ts, x) in enumerate(data):
+        want = np.array(reference(kind, width, ts, x))
+        np.testing.assert_allclose(np.concatenate(got[g]), want, rtol=1e-9, atol=1e-9,
+                                   equal_nan=True)
