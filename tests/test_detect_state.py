@@ -85,9 +85,8 @@ def test_learned_for_never_below_min() -> None:
     lr.record(2.0)
     assert lr.effective() == 30.0
     d = lr.to_dict()
-    other = Learner(Learned(default=60.0, min=30.0, margin=5.0))
-    other.load(d)
-    assert other.longest == 2.0 and other.episodes == 1
+    other = Learner.from_dict(Learned(default=60.0, min=30.0, margin=5.0), d)
+    assert other.longest == 2.0 and other.episodes == 1 and other.effective() == 30.0
 
 
 def test_learning_is_in_time_order_across_entities() -> None:

@@ -51,6 +51,13 @@ class Learner:
     def to_dict(self) -> dict[str, Any]:
         return {"longest_s": self.longest, "episodes": self.episodes}
 
+    @classmethod
+    def from_dict(cls, spec: Learned, d: dict[str, Any]) -> Learner:
+        """Inverse of :meth:`to_dict` for a rule whose ``for:`` is ``spec``."""
+        out = cls(spec)
+        out.load(d)
+        return out
+
     def load(self, d: dict[str, Any]) -> None:
         lo = d.get("longest_s")
         self.longest = None if lo is None else float(lo)
