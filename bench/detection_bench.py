@@ -86,8 +86,9 @@ def score_run(incidents: list[Any], truth: list[Any], s: Score, where: str,
     """Match incidents to injected faults and add the counts to ``s``.
 
     ``waits`` are the healthy job's checkpoint windows (start, end, variant): for a hang,
-    the longest "ranks wait while rank 0 writes" before the onset is the node's longest
-    legitimate wait, which the hang alert should follow within about a minute.
+    the longest wait where ranks spin in a collective (every variant but the all-GPU
+    pause) before the onset is the node's longest legitimate wait, which the hang alert
+    should follow within about a minute.
     """
     s.runs += 1
     used: set[int] = set()
@@ -104,7 +105,7 @@ def score_run(incidents: list[Any], truth: list[Any], s: Score, where: str,
             first = min(exact, key=lambda i: incidents[i].fired_at)
             tta = incidents[first].fired_at - f.onset
             s.tta[f.kind].append(tta)
-            prior = [b - a for a, b, v in waits if "rank0" in v and b <= f.onset]
+            prior = [b - a for a, b, v in waits if "pause" not in v and b <= f.onset]
             if f.kind == "comm_hang" and prior:
                 s.hang_vs_wait.append((tta, max(prior)))
             s.dup += len(exact) - 1
