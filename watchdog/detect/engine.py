@@ -26,6 +26,9 @@ from watchdog.incident import Incident
 from watchdog.model import DeviceInfo, Sample, XidEvent
 
 NODE = "node"
+# Rows processed at once: bounds the node grid (ticks × GPUs) when every GPU has its own
+# timestamps. Splitting never changes results (block == tick).
+MAX_BLOCK_ROWS = 131_072
 
 
 @dataclass(frozen=True)
@@ -167,8 +170,15 @@ class Detector:
             cut = int(np.searchsorted(ts, ts[-1], side="left"))
             self._held = {k: v[cut:] for k, v in cols.items()}
             cols = {k: v[:cut] for k, v in cols.items()}
-        if len(cols["ts"]):
-            self._process(cols)
+        ts = cols["ts"]
+        start = 0
+        while start < len(ts):  # bounded blocks (memory of the node grid), cut at ticks
+            end = min(start + MAX_BLOCK_ROWS, len(ts))
+            if end < len(ts):
+                end = max(int(np.searchsorted(ts, ts[end], side="left")), start + 1)
+                end = int(np.searchsorted(ts, ts[end - 1], side="right"))
+            self._process({k: v[start:end] for k, v in cols.items()})
+            start = end
 
     def _flush(self) -> None:
         if self._held is not None:
