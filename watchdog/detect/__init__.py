@@ -13,7 +13,7 @@ Public API (the contract ``watchdog replay`` and the live agent build on)::
 The rule file format and the condition language are documented in ``docs/rules.md``.
 """
 
-from watchdog.detect.engine import Detector
+from watchdog.detect.engine import Detector, DetectorConfig
 from watchdog.detect.loader import Rule, RuleSet, load_rules
 
-__all__ = ("Detector", "Rule", "RuleSet", "load_rules")
+__all__ = ("Detector", "DetectorConfig", "Rule", "RuleSet", "load_rules")
