@@ -68,6 +68,7 @@ class Window:
         self.base: dict[str, np.ndarray] = {}
         self.last_valid = np.empty(0)  # counters: latest valid reading per slot
         self.first = np.empty(0)  # mean: each slot's first-ever value (its weight is 0)
+        self.first_ts = np.empty(0)  # ... and its time
         self.has_first = np.zeros(0, bool)
         self._slot_of: dict[str, int] = {}
 
@@ -85,6 +86,7 @@ class Window:
         self.tail_len = np.concatenate((self.tail_len, np.zeros(extra, np.int64)))
         self.last_valid = np.concatenate((self.last_valid, np.full(extra, NAN)))
         self.first = np.concatenate((self.first, np.full(extra, NAN)))
+        self.first_ts = np.concatenate((self.first_ts, np.full(extra, NAN)))
         self.has_first = np.concatenate((self.has_first, np.zeros(extra, bool)))
         for name in self.base:
             self.base[name] = np.concatenate((self.base[name], np.zeros(extra)))
@@ -149,9 +151,9 @@ class Window:
             fresh = np.flatnonzero((seg.counts > 0) & ~self.has_first)
             if len(fresh):
                 self.first[fresh] = x[seg.offsets[fresh]]
+                self.first_ts[fresh] = seg.ts[seg.offsets[fresh]]
                 self.has_first[fresh] = True
-            terms = {"xd": np.where(valid, x * d, 0.0), "d": np.where(valid, d, 0.0),
-                     "n": valid.astype(np.float64)}
+            terms = {"xd": np.where(valid, x * d, 0.0), "d": np.where(valid, d, 0.0)}
         elif kind == "frac":
             c = np.where(valid & (x != 0), 1.0, 0.0)
             terms = {"cd": c * d, "d": d}
@@ -168,8 +170,10 @@ class Window:
                 sd = wsum("d")
                 out = wsum("xd") / sd
                 zero = sd <= 0
-                if zero.any():
-                    out[zero] = np.where(wsum("n")[zero] > 0, self.first[gi[zero]], NAN)
+                if zero.any():  # only the first-ever sample can be valid in there
+                    g0 = gi[zero]
+                    inside = self.first_ts[g0] > seg.ts[zero] - self.width
+                    out[zero] = np.where(inside, self.first[g0], NAN)
             elif kind == "frac":
                 sd = wsum("d")
                 out = 100.0 * np.where(sd > 0, wsum("cd") / np.where(sd > 0, sd, 1.0), c)
