@@ -72,3 +72,21 @@ def test_installed_wheel_runs_check_from_another_directory(wheel: Path, tmp_path
     assert run.returncode == 0, run.stderr
     report = json.loads(run.stdout)
     assert report["status"] == "OK" and len(report["gpus"]) == 8
+
+
+def test_installed_wheel_replays_with_its_own_rules(wheel: Path, tmp_path: Path) -> None:
+    """The shipped rules come from the installed package, not from a checkout's rules/."""
+    target = tmp_path / "site"
+    subprocess.run([sys.executable, "-m", "pip", "install", "--no-deps", "-q",
+                    "--target", str(target), str(wheel)], check=True)
+    work = tmp_path / "elsewhere"
+    work.mkdir()
+    code = ("import sys; sys.path.insert(0, sys.argv[1]); import watchdog.detect.loader as l;"
+            "print(l.default_rules_dir()); from watchdog.cli import main;"
+            "raise SystemExit(main(['replay', 'sim:comm_hang', '--duration', '20m', '--json']))")
+    run = subprocess.run([sys.executable, "-c", code, str(target)], cwd=work,
+                         capture_output=True, text=True, timeout=120)
+    assert run.returncode == 0, run.stderr
+    where, doc = run.stdout.split("\n", 1)
+    assert where.startswith(str(target))
+    assert [i["kind"] for i in json.loads(doc)["incidents"]] == ["comm_hang"]
