@@ -141,14 +141,19 @@ def _order(rules: list[Rule]) -> list[Rule]:
 
 
 def default_rules_dir() -> Path:
-    """The shipped rules: package ``watchdog.default_rules``, else the repo's ``rules/``."""
-    try:
-        p = resources.files("watchdog.default_rules")
-        if p.is_dir():
-            return Path(str(p))
-    except (ModuleNotFoundError, TypeError):
-        pass
-    return Path(__file__).resolve().parents[2] / "rules"
+    """The shipped rules of *this* copy of watchdog.
+
+    An installed wheel has them beside the package (``watchdog/default_rules``); a source
+    checkout or an editable install has the repository's top-level ``rules/``. Looking next
+    to this file (rather than asking ``importlib.resources`` for the namespace package,
+    which may span several folders) keeps the rules and the code from different installs
+    apart.
+    """
+    pkg = Path(__file__).resolve().parents[1]
+    for candidate in (pkg / "default_rules", pkg.parent / "rules"):
+        if candidate.is_dir():
+            return candidate
+    return Path(str(resources.files("watchdog.default_rules")))
 
 
 def rule_files(paths: Sequence[str | Path] | None) -> list[Path]:
