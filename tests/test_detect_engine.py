@@ -375,3 +375,16 @@ def test_large_frames_are_cut_at_ticks_without_changing_results(
     cut = Detector(RULES, "h", devices(4))
     cut.feed_frame(frame, xids)
     assert summary_of(cut) == want
+
+
+def test_gpus_joining_a_firing_node_incident_are_listed() -> None:
+    # GPUs 0-2 hang at 60 s; GPU 3 joins them at 120 s, after the node incident fired
+    frame = steady(4, 200, power__draw=lambda g, t: 110.0 if t >= (120 if g == 3 else 60)
+                   else 600.0)
+    det = Detector(RULES, "h", devices(4))
+    det.feed_frame(frame)
+    (inc,) = det.finish()
+    assert inc.rule == "hang_node" and inc.gpus == ["0", "1", "2", "3"]
+    assert inc.fired_at - T0 < 120
+    # evidence is that of the firing moment: the mean power of the GPUs hung then (0-2)
+    assert inc.evidence["power"] == pytest.approx(110.0)

@@ -17,7 +17,7 @@ import numpy as np
 
 from watchdog import catalogue
 from watchdog.detect.evaluate import Evaluator, numeric, truth
-from watchdog.detect.grouping import make_incident, members, node_value
+from watchdog.detect.grouping import add_members, make_incident, members, node_value
 from watchdog.detect.loader import Rule, RuleSet
 from watchdog.detect.presence import vanish_times
 from watchdog.detect.signals import Block, Learned
@@ -387,16 +387,28 @@ class Detector:
             clr = ~cond
         evid = {k: numeric(ev.grid(n, ticks, gpus, b, cache)) for k, n in rule.evidence.items()}
 
+        uuids = [u for u, _ in gpus]
+        machine = self._machines[rule.name]
+        carried = machine.states.get(NODE)
+        firing = [carried.incident] if carried is not None and carried.phase == "firing" else []
+
         def on_fire(_key: str, i: int, st: EntityState) -> Incident:
             row = condm[i]
             vals = {k: node_value(a[i], row) for k, a in evid.items()}
-            who = [(self._gpus[u].index, u) for u in members(row, [u for u, _ in gpus])]
-            return self._fired(make_incident(rule, self.host, who, st.since, float(ticks[i]),
-                                             vals, self._extra(rule, st)))
+            who = [(self._gpus[u].index, u) for u in members(row, uuids)]
+            inc = self._fired(make_incident(rule, self.host, who, st.since, float(ticks[i]),
+                                            vals, self._extra(rule, st)))
+            firing.append(inc)
+            return inc
 
-        out = self._machines[rule.name].run([(NODE, ticks, cond, clr)], on_fire,
-                                            lambda _k, t, st: self._resolve(t, st))
-        return (out[NODE], ticks, condm, [u for u, _ in gpus])
+        out = machine.run([(NODE, ticks, cond, clr)], on_fire,
+                          lambda _k, t, st: self._resolve(t, st))
+        for inc in firing:  # GPUs that join while it fires are listed too (one event)
+            end = math.inf if inc.resolved_at is None else inc.resolved_at
+            during = (ticks >= (inc.fired_at or 0.0)) & (ticks < end)
+            joined = members(condm[during].any(axis=0), uuids)
+            add_members(inc, [(self._gpus[u].index, u) for u in joined])
+        return (out[NODE], ticks, condm, uuids)
 
 
 def _covered(intervals: list[tuple[float, float]], times: np.ndarray) -> np.ndarray:

@@ -2,7 +2,9 @@
 
 A ``node`` rule produces one incident for the node listing every GPU on which its
 per-GPU condition held at the firing tick (a whole job hung is one incident, not N);
-per-GPU evidence of a node rule is reported as the mean over those GPUs.
+per-GPU evidence of a node rule is reported as the mean over those GPUs. GPUs on which
+the condition comes to hold while the incident fires are added to its list (the summary
+and evidence stay those of the firing moment).
 """
 
 from __future__ import annotations
@@ -48,6 +50,17 @@ def make_incident(rule: Rule, host: str, gpus: list[tuple[int, str]], started_at
                     started_at=started_at, fired_at=fired_at, resolved_at=None,
                     rule=rule.name, summary=summary, evidence=evidence,
                     labels=dict(rule.labels))
+
+
+def add_members(inc: Incident, gpus: list[tuple[int, str]]) -> None:
+    """Add ``(index, uuid)`` pairs not yet listed; keeps the lists sorted by index."""
+    have = set(inc.uuids)
+    new = [(i, u) for i, u in gpus if u not in have]
+    if not new:
+        return
+    both = sorted([*zip((int(g) for g in inc.gpus), inc.uuids, strict=True), *new])
+    inc.gpus = [str(i) for i, _ in both]
+    inc.uuids = [u for _, u in both]
 
 
 def _num(v: float) -> float | None:
