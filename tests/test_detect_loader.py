@@ -139,3 +139,11 @@ def test_rules_check_command(tmp_path: Path, capsys: pytest.CaptureFixture[str])
                            "comm_hang, stall, thermal_throttle, hw_slowdown, memory_pressure, "
                            "gpu_lost, xid, ecc, pcie_degraded, nvlink_errors, straggler, "
                            "anomaly")
+
+
+def test_the_example_in_docs_loads(tmp_path: Path) -> None:
+    doc = (Path(__file__).resolve().parent.parent / "docs" / "rules.md").read_text()
+    example = doc.split("```yaml\n", 1)[1].split("```", 1)[0]
+    (rule,) = load_rules([write(tmp_path, example)])
+    assert rule.name == "comm_hang_gpu" and rule.learned is not None
+    assert set(rule.evidence) == {"util", "power", "power_pct"}
