@@ -94,8 +94,12 @@ class Window:
     def _layout(self, seg: Segments) -> tuple:
         """Per-width layout of tail + new samples (shared by windows of this width)."""
         got = seg.shared.get(self.width)
-        if got is not None and (got[0] is self.tail_len or np.array_equal(got[0], self.tail_len)):
-            return got
+        # reuse only with the very same carried tail (the object shared since the last
+        # block), or when neither window has seen a sample yet
+        if got is not None and (got[0] is self.tail_ts or (
+                not len(got[0]) and not len(self.tail_ts)
+                and np.array_equal(got[1], self.tail_len))):
+            return got[2:]
         t_len, n_new = self.tail_len, seg.counts
         total_len = t_len + n_new
         a = np.concatenate(([0], np.cumsum(total_len)))
@@ -127,9 +131,11 @@ class Window:
             "keep": keep_pos + np.repeat(slot_ids, new_t) + 1,
             "keep_loc": keep,
         }
-        got = (t_len, a, tail_pos, new_pos, t_all, s, new_t, keep_pos, pre, width2d)
+        new_tail_ts = t_all[keep_pos]
+        got = (self.tail_ts, t_len, a, tail_pos, new_pos, t_all, s, new_t, keep_pos, pre,
+               width2d, new_tail_ts)
         seg.shared[self.width] = got
-        return got
+        return got[2:]
 
     def update_block(self, seg: Segments, x: np.ndarray) -> np.ndarray:
         """Statistic at each new sample of ``seg`` (same order), ``x`` its values."""
@@ -138,7 +144,8 @@ class Window:
             return np.empty(0)
         self._grow(seg.n_slots)
         kind = self.kind
-        _, _a, tail_pos, new_pos, t_all, s, new_t, keep_pos, pre, width2d = self._layout(seg)
+        (_a, tail_pos, new_pos, t_all, s, new_t, keep_pos, pre, width2d,
+         new_tail_ts) = self._layout(seg)
         gi = seg.gi
         d = seg.d
         valid = ~np.isnan(x)
@@ -202,7 +209,7 @@ class Window:
                                    NAN)
 
         # keep what a later window can still see: per slot, ts > last - width
-        self.tail_ts = t_all[keep_pos]
+        self.tail_ts = new_tail_ts  # one object shared by every window of this width
         if kind in _NEEDS_X:
             self.tail_x = x_all[keep_pos]
         self.tail_len = new_t
