@@ -18,12 +18,12 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, field
 
+from watchdog import units
 from watchdog.errors import InputError
 
 _ITEM = re.compile(r"^(?P<name>[A-Za-z_][A-Za-z0-9_]*)(?:\((?P<params>[^()]*)\))?"
                    r"(?:@(?P<onset>[^@()]+))?$")
 MAX_DURATION_S = 366 * 86400.0
-_DURATION = re.compile(r"^(?P<num>\d+(?:\.\d+)?)(?P<unit>[smh]?)$")
 
 
 @dataclass(frozen=True, slots=True)
@@ -38,10 +38,7 @@ class Request:
 
 def parse_duration(text: str, what: str) -> float:
     """``300``, ``300s``, ``5m``, ``1.5h`` -> seconds; :class:`InputError` names ``what``."""
-    m = _DURATION.match(text.strip().lower())
-    if not m:
-        raise InputError(f"{what}: {text!r} is not a duration (e.g. 300, 90s, 5m, 1h)")
-    seconds = float(m["num"]) * {"": 1.0, "s": 1.0, "m": 60.0, "h": 3600.0}[m["unit"]]
+    seconds = units.parse_duration(text, what=what)
     if seconds > MAX_DURATION_S:
         raise InputError(f"{what}: {text!r} is longer than a year")
     return seconds
