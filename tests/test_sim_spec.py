@@ -54,7 +54,8 @@ def test_gpu_lists():
     ("sim:", "no scenario"),
     ("sim:healthy(gpus=1)", "unknown parameter"),
     ("sim:stall(for=)", "empty key or value"),
-    ("sim:stall@" + "9" * 400, "longer than a year"),
+    ("sim:stall@9999h", "longer than a year"),
+    ("sim:stall@" + "9" * 400, "is not a duration"),
 ])
 def test_bad_specs_are_one_line_input_errors_naming_the_problem(spec, needle):
     with pytest.raises(InputError) as e:
