@@ -139,11 +139,10 @@ def test_rules_test_command_exit_codes(tree: Path, capsys: pytest.CaptureFixture
 
 
 def test_pytest_collects_one_item_per_case(tree: Path, pytester: pytest.Pytester) -> None:
-    conftest = Path(__file__).resolve().parent.parent / "rules" / "conftest.py"
     root = pytester.path / "rules"
     shutil.copytree(tree, root)
-    shutil.copy(conftest, root / "conftest.py")
     (root / "tests" / "bad.yaml").write_text(FAILING)
-    result = pytester.runpytest("-p", "no:cacheprovider", str(root))
+    result = pytester.runpytest("-p", "no:cacheprovider", "-p", "watchdog.testing.pytest_rules",
+                                str(root))
     result.assert_outcomes(passed=2, failed=1)
     result.stdout.fnmatch_lines(["*missing:    kind=hw_slowdown fired_at=3s*"])

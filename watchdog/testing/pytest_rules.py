@@ -1,4 +1,8 @@
-"""Collect the rule unit tests in ``rules/tests/*.yaml`` as pytest items (one per case).
+"""A pytest plugin: collect rule unit tests in ``<rules>/tests/*.yaml`` as test items.
+
+The repository's root ``conftest.py`` enables it for the shipped rules; a site with its
+own rules folder can enable it too (``pytest -p watchdog.testing.pytest_rules``). Files
+are collected when they sit in a ``tests`` folder beside rule files (``../*.yaml``).
 
 Each case runs through :func:`watchdog.detect.ruletest.run_case`, the same code as
 ``watchdog rules test``; a failure shows the expected-versus-got diff.
@@ -15,7 +19,7 @@ from watchdog.detect import ruletest
 
 def pytest_collect_file(parent: pytest.Collector, file_path: Path) -> pytest.Collector | None:
     if (file_path.suffix in (".yaml", ".yml") and file_path.parent.name == "tests"
-            and file_path.parent.parent == Path(__file__).parent):
+            and any(file_path.parent.parent.glob("*.y*ml"))):
         return RuleTestFile.from_parent(parent, path=file_path)
     return None
 

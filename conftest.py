@@ -1,0 +1,3 @@
+"""Repository-wide pytest setup: collect the shipped rules' unit tests (rules/tests/)."""
+
+pytest_plugins = ["watchdog.testing.pytest_rules"]
