@@ -56,13 +56,6 @@ SCENARIOS: tuple[tuple[str, str, float], ...] = (
 MODELS = ("h100-sxm", "a100-pcie")
 INTERVALS = (1.0, 5.0)
 
-NANOGPT = {"index": "gpu_index", "temperature.gpu": "temperature_C",
-           "utilization.gpu": "utilization_gpu_percent", "power.draw": "power_W"}
-LEO = {"index": "gpu_id", "power.draw": "power_w", "clocks.sm": "sm_clock_mhz",
-       "utilization.gpu": "gpu_util_pct", "utilization.memory": "memory_util_pct",
-       "memory.used": "memory_used_mb", "memory.total": "memory_total_mb",
-       "temperature.gpu": "temperature_c"}
-
 
 @dataclass
 class Score:
@@ -151,22 +144,9 @@ def run_sim(quick: bool, seeds: list[int], verbose: bool) -> dict[str, Score]:
 
 def real_logs() -> list[tuple[str, Path, dict[str, str] | None, str | None]]:
     """(label, path, mapping, host) for every real log; empty when the folder is absent."""
-    if not REAL.is_dir():
-        return []
-    out = []
-    for p in sorted(REAL.rglob("*")):
-        if not p.is_file() or p.suffix not in (".csv", ".log"):
-            continue
-        folder = p.parent.name
-        if folder == "ciscoaiteam__hpc-mlperf-benchmarks":
-            for node in ("n1", "n2"):
-                out.append((f"{folder}/{p.name} {node}", p, {"power.draw": f"{node}_watts"},
-                            node))
-            continue
-        mapping = {"karpathy__nanoGPT": NANOGPT,
-                   "Leo-hxu__training-power-trace-explorer": LEO}.get(folder)
-        out.append((f"{folder}/{p.name}", p, mapping, None))
-    return out
+    from watchdog.testing.real_telemetry import readings
+
+    return readings(REAL) if REAL.is_dir() else []
 
 
 def run_real() -> list[tuple[str, int, int, list[str]]]:

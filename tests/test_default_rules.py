@@ -79,27 +79,15 @@ def test_simulated_faults_are_found_in_time_with_the_right_gpus(spec, kind, gpus
     assert truth.onset <= inc.fired_at <= truth.onset + within
 
 
-NANOGPT = {"index": "gpu_index", "temperature.gpu": "temperature_C",
-           "utilization.gpu": "utilization_gpu_percent", "power.draw": "power_W"}
-LEO = {"index": "gpu_id", "power.draw": "power_w", "clocks.sm": "sm_clock_mhz",
-       "utilization.gpu": "gpu_util_pct", "utilization.memory": "memory_util_pct",
-       "memory.used": "memory_used_mb", "memory.total": "memory_total_mb",
-       "temperature.gpu": "temperature_c"}
-
 
 @pytest.mark.real_telemetry
 def test_no_false_alert_on_any_real_log(real_telemetry):
     """Two busy power levels, staggered stops, locked clocks, 94 % memory, idle lead-ins."""
     from watchdog.sources.replay import open_log
+    from watchdog.testing.real_telemetry import data_files, readings
 
     rules = load_rules()
-    files = sorted(p for p in real_telemetry.rglob("*") if p.suffix in (".csv", ".log"))
-    assert len(files) >= 13
-    for path in files:
-        folder = path.parent.name
-        maps = {"karpathy__nanoGPT": [NANOGPT], "Leo-hxu__training-power-trace-explorer": [LEO],
-                "ciscoaiteam__hpc-mlperf-benchmarks": [{"power.draw": "n1_watts"},
-                                                       {"power.draw": "n2_watts"}]}
-        for mapping in maps.get(folder, [None]):
-            rec = open_log(path, mapping=mapping)
-            assert detect(rec, rules) == [], path
+    assert len(data_files(real_telemetry)) >= 13
+    for label, path, mapping, host in readings(real_telemetry):
+        rec = open_log(path, mapping=mapping, host=host)
+        assert detect(rec, rules) == [], label

@@ -17,25 +17,15 @@ from pathlib import Path
 import pytest
 
 from watchdog.sources.replay import open_log
+from watchdog.testing.real_telemetry import NANOGPT, READINGS, data_files
 
 pytestmark = pytest.mark.real_telemetry
 
-NANOGPT = {"index": "gpu_index", "temperature.gpu": "temperature_C",
-           "utilization.gpu": "utilization_gpu_percent", "power.draw": "power_W"}
-LEO = {"index": "gpu_id", "power.draw": "power_w", "clocks.sm": "sm_clock_mhz",
-       "utilization.gpu": "gpu_util_pct", "utilization.memory": "memory_util_pct",
-       "memory.used": "memory_used_mb", "memory.total": "memory_total_mb",
-       "temperature.gpu": "temperature_c"}
-MAPPINGS = {"karpathy__nanoGPT": NANOGPT, "Leo-hxu__training-power-trace-explorer": LEO,
-            "ciscoaiteam__hpc-mlperf-benchmarks": {"power.draw": "n1_watts"}}
-
-
-def _data_files(root: Path) -> list[Path]:
-    return sorted(p for p in root.rglob("*") if p.is_file() and p.suffix in (".csv", ".log"))
+MAPPINGS = {folder: ways[0][0] for folder, ways in READINGS.items()}
 
 
 def test_every_real_log_loads(real_telemetry: Path) -> None:
-    files = _data_files(real_telemetry)
+    files = data_files(real_telemetry)
     assert len(files) >= 13
     for path in files:
         rec = open_log(path, mapping=MAPPINGS.get(path.parent.name))

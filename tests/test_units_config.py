@@ -10,7 +10,8 @@ import pytest
 from watchdog import config
 from watchdog.errors import InputError
 from watchdog.incident import Incident
-from watchdog.notify_console import ConsoleNotifier, duration, gpu_list
+from watchdog.notify_console import ConsoleNotifier, gpus_phrase
+from watchdog.report.table import duration
 from watchdog.units import parse_duration
 
 
@@ -55,8 +56,8 @@ def test_missing_config_is_one_line(tmp_path: Path) -> None:
 
 
 def test_gpu_lists_and_durations_read_well() -> None:
-    assert gpu_list(["0", "1", "2", "3", "5", "7", "6"]) == "GPUs 0-3,5-7"
-    assert gpu_list(["4"]) == "GPU 4"
+    assert gpus_phrase(["0", "1", "2", "3", "5", "7", "6"]) == "GPUs 0-3,5-7"
+    assert gpus_phrase(["4"]) == "GPU 4"
     assert duration(185) == "3m05s" and duration(42) == "42s" and duration(7300) == "2h01m"
 
 

@@ -12,33 +12,14 @@ from datetime import UTC, datetime
 from typing import TextIO
 
 from watchdog.incident import Incident
+from watchdog.report.table import duration, gpu_list
 
 
-def gpu_list(gpus: list[str]) -> str:
+def gpus_phrase(gpus: list[str]) -> str:
     """``["0","1","2","3","5"]`` -> ``"GPUs 0-3,5"``; one GPU -> ``"GPU 3"``."""
-    nums = sorted(int(g) for g in gpus if g.lstrip("-").isdigit())
-    if not nums:
-        return "GPUs " + ",".join(gpus) if gpus else "node"
-    runs: list[str] = []
-    start = prev = nums[0]
-    for n in [*nums[1:], None]:
-        if n is not None and n == prev + 1:
-            prev = n
-            continue
-        runs.append(f"{start}" if start == prev else f"{start}-{prev}")
-        if n is not None:
-            start = prev = n
-    return ("GPU " if len(nums) == 1 else "GPUs ") + ",".join(runs)
-
-
-def duration(seconds: float) -> str:
-    """``185`` -> ``"3m05s"``; ``7300`` -> ``"2h01m"``."""
-    s = round(seconds)
-    if s < 60:
-        return f"{s}s"
-    if s < 3600:
-        return f"{s // 60}m{s % 60:02d}s"
-    return f"{s // 3600}h{(s % 3600) // 60:02d}m"
+    if not gpus:
+        return "node"
+    return ("GPU " if len(gpus) == 1 else "GPUs ") + gpu_list(gpus)
 
 
 class ConsoleNotifier:
@@ -59,7 +40,7 @@ class ConsoleNotifier:
             head = f"RESOLVED {'':8}"
             tail = f"(lasted {duration((inc.resolved_at or 0) - inc.started_at)})"
             colour = "\033[1;32m"
-        line = (f"{stamp}Z {head} {inc.kind:16} {inc.host} {gpu_list(inc.gpus)}: "
+        line = (f"{stamp}Z {head} {inc.kind:16} {inc.host} {gpus_phrase(inc.gpus)}: "
                 f"{inc.summary} {tail}")
         if self.color:
             line = f"{colour}{line}\033[0m"
