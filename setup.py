@@ -9,6 +9,7 @@ pyproject.toml.
 from setuptools import find_packages, setup
 
 setup(
-    packages=[*find_packages(include=["watchdog", "watchdog.*"]), "watchdog.default_rules"],
-    package_dir={"watchdog.default_rules": "rules"},
+    packages=[*find_packages(include=["watchdog", "watchdog.*"]),
+              "watchdog.default_rules", "watchdog.default_rules.tests"],
+    package_dir={"watchdog.default_rules": "rules", "watchdog.default_rules.tests": "rules/tests"},
 )
