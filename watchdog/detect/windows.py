@@ -149,6 +149,8 @@ class Window:
         gi = seg.gi
         d = seg.d
         valid = ~np.isnan(x)
+        if not (valid & (x != 0) if kind == "frac" else valid).any() and self._quiet():
+            return self._quiet_block(seg, x, s, pre, width2d, new_t, keep_pos, new_tail_ts)
         if kind in _NEEDS_X:
             x_all = _interleave(self.tail_x, self.tail_len, x, seg, tail_pos, new_pos)
         terms: dict[str, np.ndarray] = {}
@@ -163,11 +165,13 @@ class Window:
             terms = {"xd": np.where(valid, x * d, 0.0), "d": np.where(valid, d, 0.0)}
         elif kind == "frac":
             c = np.where(valid & (x != 0), 1.0, 0.0)
-            terms = {"cd": c * d, "d": d}
+            terms = {"cd": c * d}
         elif kind in ("delta", "rate"):
             terms = {"inc": self._increments(seg, x, valid)}
 
         sums = self._sums(seg, terms, s, pre, width2d)
+        if kind == "frac":
+            sums["d"] = self._time_sums(seg, s, pre, width2d)
 
         def wsum(name: str) -> np.ndarray:
             return sums[name]
@@ -214,6 +218,71 @@ class Window:
             self.tail_x = x_all[keep_pos]
         self.tail_len = new_t
         return out
+
+    def _quiet(self) -> bool:
+        """Whether no carried sample can still count: no valid value in the tail (min, max,
+        last, slope) or window sums that stay flat over it (mean, frac, delta, rate)."""
+        if self.kind in _NEEDS_X:
+            return not len(self.tail_x) or bool(np.isnan(self.tail_x).all())
+        for name in ("xd", "d") if self.kind == "mean" else ("cd",) if self.kind == "frac" \
+                else ("inc",):
+            tail = self.tail_pre.get(name)
+            if tail is not None and len(tail) and not np.array_equal(
+                    tail, np.repeat(self.base[name][:len(self.tail_len)], self.tail_len)):
+                return False
+        return True
+
+    def _quiet_block(self, seg: Segments, x: np.ndarray, s: np.ndarray,
+                     pre: dict[str, np.ndarray], width2d: int, new_t: np.ndarray,
+                     keep_pos: np.ndarray, new_tail_ts: np.ndarray) -> np.ndarray:
+        """:meth:`update_block` for a block without a valid (frac: true) value and a quiet
+        tail: a metric the log lacks (its rules evaluate to constants). The result and the
+        carried state are exactly those of the full computation (flat prefix sums give
+        window sums of exactly 0), at the cost of a few fills."""
+        kind = self.kind
+        n_slots = seg.n_slots
+        if kind in _NEEDS_X:
+            out = np.full(len(seg.ts), NAN)
+            self.tail_x = np.full(int(new_t.sum()), NAN)
+        else:
+            names = {"mean": ("xd", "d"), "frac": ("cd",)}.get(kind, ("inc",))
+            for name in names:  # flat prefix sums: the base carries on unchanged
+                base = self.base.get(name, np.zeros(n_slots))
+                self.base[name] = base
+                self.tail_pre[name] = np.repeat(base[:n_slots], new_t)
+            if kind == "mean":
+                fresh = np.flatnonzero((seg.counts > 0) & ~self.has_first)
+                if len(fresh):
+                    self.first[fresh] = x[seg.offsets[fresh]]
+                    self.first_ts[fresh] = seg.ts[seg.offsets[fresh]]
+                    self.has_first[fresh] = True
+                g0 = seg.gi
+                out = np.where(self.first_ts[g0] > seg.ts - self.width, self.first[g0], NAN)
+            elif kind == "frac":
+                self._time_sums(seg, s, pre, width2d)
+                out = np.zeros(len(seg.ts))
+            else:  # delta, rate: no increment (the latest valid reading stays as it was)
+                out = np.zeros(len(seg.ts))
+        self.tail_ts = new_tail_ts
+        self.tail_len = new_t
+        return out
+
+    def _time_sums(self, seg: Segments, s: np.ndarray, pre: dict[str, np.ndarray],
+                   width2d: int) -> np.ndarray:
+        """Window sums of the weights ``d`` (the frac denominator), carried as term "d".
+
+        Every frac window of a width carrying the very same state (the same objects, as
+        after the previous block) gets the same numbers: they are computed once per block.
+        """
+        key = ("d", self.width)
+        tail, base = self.tail_pre.get("d"), self.base.get("d")
+        got = seg.shared.get(key)
+        if got is not None and got[0] is tail and got[1] is base:
+            self.base["d"], self.tail_pre["d"] = got[2], got[3]
+            return got[4]
+        sums = self._sums(seg, {"d": seg.d}, s, pre, width2d)["d"]
+        seg.shared[key] = (tail, base, self.base["d"], self.tail_pre["d"], sums)
+        return sums
 
     def _sums(self, seg: Segments, terms: dict[str, np.ndarray], s: np.ndarray,
               pre: dict[str, np.ndarray], width2d: int) -> dict[str, np.ndarray]:
