@@ -20,7 +20,7 @@ from watchdog.detect.evaluate import Evaluator, numeric, truth
 from watchdog.detect.grouping import add_members, make_incident, members, node_value
 from watchdog.detect.loader import Rule, RuleSet
 from watchdog.detect.presence import vanish_times
-from watchdog.detect.signals import Block, Learned
+from watchdog.detect.signals import Block, Learned, learn_windows
 from watchdog.detect.state import EntityState, Machine
 from watchdog.incident import Incident
 from watchdog.model import DeviceInfo, Sample, XidEvent
@@ -57,6 +57,12 @@ class Detector:
         self.host = host
         self.config = config or DetectorConfig()
         self._ev = Evaluator(self.config.max_gap)
+        for r in self.rules:  # every window is known before the first block
+            for node in (r.condition, r.clear, *r.evidence.values()):
+                if node is not None:
+                    self._ev.declare(node)
+        for node in learn_windows():
+            self._ev.declare(node)
         self._gpus: dict[str, _Gpu] = {}
         self._slots: list[_Gpu] = []
         self._learned = Learned()
@@ -216,6 +222,7 @@ class Detector:
         if not per_slot:
             return
         block = self._block(per_slot, metric_names)
+        block.evaluator = self._ev
         ticks = np.unique(block.ts)
         gpus = [(uuid, g.slot) for uuid, g in self._gpus.items()]
         active: dict[str, Any] = {}
@@ -224,6 +231,7 @@ class Detector:
                 active[rule.name] = self._run_gpu_rule(rule, block, active)
             else:
                 active[rule.name] = self._run_node_rule(rule, ticks, gpus, block, active)
+        self._ev.end_block(block)
 
     def _block(self, per_slot: dict[int, dict[str, np.ndarray]],
                metric_names: list[str]) -> Block:
@@ -346,7 +354,7 @@ class Detector:
         ev = self._ev
         cond_all = truth(ev.sample(rule.condition, b))
         clr_all = truth(ev.sample(rule.clear, b)) if rule.clear is not None else None
-        evid = {k: numeric(ev.sample(n, b)) for k, n in rule.evidence.items()}
+        evid: dict[str, np.ndarray] = {}  # computed when an incident fires in this block
         inputs = []
         for uuid, g in self._gpus.items():
             lo, hi = int(b.offsets[g.slot]), int(b.offsets[g.slot + 1])
@@ -362,6 +370,8 @@ class Detector:
         def on_fire(uuid: str, i: int, st: EntityState) -> Incident:
             g = self._gpus[uuid]
             at = int(b.offsets[g.slot]) + i
+            if not evid:
+                evid.update({k: numeric(ev.sample(n, b)) for k, n in rule.evidence.items()})
             vals = {k: float(a[at]) for k, a in evid.items()}
             return self._fired(make_incident(rule, self.host, [(g.index, uuid)], st.since,
                                              float(b.ts[at]), vals, self._extra(rule, st)))

@@ -1,9 +1,12 @@
 """Vectorised evaluation of condition ASTs: per GPU over its samples, or on the node grid.
 
-*Sample space*: an expression without node functions is evaluated over one GPU's new
-samples (:class:`~watchdog.detect.signals.GpuBlock`); window functions keep their state in
-:class:`~watchdog.detect.windows.Window` objects shared by every rule using the same
-window (keyed by the window's canonical text), so each is updated once per block.
+*Sample space*: an expression without node functions is evaluated over the new samples
+of every GPU (:class:`~watchdog.detect.signals.Block`). Windows declared up front
+(:meth:`Evaluator.declare`, the detector declares every rule's) live in one
+:class:`~watchdog.detect.windows.WindowSet`: windows over the same argument share their
+running sums, and a window is computed only in the blocks that ask for it
+(:meth:`Evaluator.end_block` carries the others). An undeclared window gets a private
+:class:`~watchdog.detect.windows.Window` (keyed by its canonical text).
 
 *Grid space* (node rules): a ``ticks × GPUs`` matrix. Each maximal per-GPU subtree is
 evaluated in sample space and mapped onto the ticks "as of" (the GPU's latest sample at
@@ -20,7 +23,7 @@ import numpy as np
 from watchdog.detect.lang import NODE_FUNCS, Binary, Call, In, Name, Node, Num, Unary
 from watchdog.detect.lang import has_node_func as _has_node_func
 from watchdog.detect.signals import Block
-from watchdog.detect.windows import Window
+from watchdog.detect.windows import Window, WindowSet
 
 NAN = np.nan
 PRESENT_KEY = "__present__"
@@ -93,10 +96,23 @@ class Evaluator:
     def __init__(self, max_gap: float) -> None:
         self.max_gap = max_gap
         self.windows: dict[str, Window] = {}
+        self.window_set = WindowSet()
         self._asof: dict[tuple[str, str], tuple[float, float]] = {}
         self._per_gpu: dict[str, bool] = {}
 
     # --- sample space -------------------------------------------------------------------
+    def declare(self, node: Node) -> None:
+        """Declare every window in ``node`` (before the first block)."""
+        if isinstance(node, Call) and node.window is not None:
+            arg = node.args[0]
+            self.window_set.add(arg.key, arg, node.fn, node.window)
+        for c in _kids(node):
+            self.declare(c)
+
+    def end_block(self, b: Block) -> None:
+        """After every rule ran on ``b``: carry the declared windows to the next block."""
+        self.window_set.finish(b, lambda arg: numeric(self.sample(arg, b)))  # type: ignore[arg-type]
+
     def sample(self, node: Node, b: Block) -> np.ndarray:
         """Value of a node-function-free ``node`` at each new sample of every GPU in ``b``."""
         key = "§" + node.key
@@ -108,11 +124,15 @@ class Evaluator:
         elif isinstance(node, Name):
             got = b.value(node.name)
         elif isinstance(node, Call) and node.window is not None:
-            arg = numeric(self.sample(node.args[0], b))
-            win = self.windows.get(node.key)
-            if win is None:
-                win = self.windows[node.key] = Window(node.fn, node.window)
-            got = win.update_block(b, arg)
+            a0 = node.args[0]
+            if self.window_set.has(a0.key, node.fn, node.window):
+                got = self.window_set.value(b, a0.key, node.fn, node.window,
+                                            lambda: numeric(self.sample(a0, b)))
+            else:
+                win = self.windows.get(node.key)
+                if win is None:
+                    win = self.windows[node.key] = Window(node.fn, node.window)
+                got = win.update_block(b, numeric(self.sample(a0, b)))
         else:
             got = _apply(node, [self.sample(c, b) for c in _kids(node)])
         b.cache[key] = got

@@ -9,6 +9,9 @@ the same numbers. The table of signals is in ``docs/rules.md``.
 
 from __future__ import annotations
 
+import functools
+from typing import Any
+
 import numpy as np
 
 from watchdog import reasons
@@ -27,6 +30,16 @@ LEARN_WINDOW_S = 30.0  # smoothing of power/util before learning idle and busy l
 IDLE_UTIL_PCT = 5.0
 BUSY_UTIL_PCT = 90.0
 IDLE_FALLBACK = 0.10  # of the enforced limit, until an idle level is seen
+
+
+@functools.cache
+def learn_windows() -> tuple[Any, Any]:
+    """The 30 s means of utilization and power the levels are learned from, as window
+    expressions (the detector declares them with the rules' windows, so they share work)."""
+    from watchdog.detect.lang import Call, Name  # lang imports this module
+
+    return tuple(Call(0, "mean", (Name(0, m),), LEARN_WINDOW_S)
+                 for m in ("utilization.gpu", "power.draw"))
 
 
 class Learned:
@@ -69,6 +82,7 @@ class Block(Segments):
         learned.grow(self.n_slots)
         self.cache: dict[str, np.ndarray] = {}
         self.asof: dict[int, tuple] = {}  # node-grid mapping per slot (see evaluate)
+        self.evaluator: Any = None  # the Evaluator of this block, for the learning windows
 
     def __len__(self) -> int:
         return len(self.ts)
@@ -153,8 +167,13 @@ class Block(Segments):
     def _learn_power(self) -> None:
         """Running idle (min) and busy (max) 30 s mean power, gated by 30 s mean util."""
         lr = self.learned
-        util = lr.util_mean.update_block(self, self.metric("utilization.gpu"))
-        power = lr.power_mean.update_block(self, self.metric("power.draw"))
+        if self.evaluator is not None:
+            util_w, power_w = learn_windows()
+            util = self.evaluator.sample(util_w, self)
+            power = self.evaluator.sample(power_w, self)
+        else:  # a bare block (tests): the learned windows of its own
+            util = lr.util_mean.update_block(self, self.metric("utilization.gpu"))
+            power = lr.power_mean.update_block(self, self.metric("power.draw"))
         idle = self._running(np.fmin, lr.idle_w, np.where(util < IDLE_UTIL_PCT, power, NAN))
         busy = self._running(np.fmax, lr.busy_w, np.where(util > BUSY_UTIL_PCT, power, NAN))
         limit = self._limit()

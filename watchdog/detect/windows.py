@@ -5,22 +5,34 @@ A window statistic at a sample time ``t`` covers that GPU's samples with timesta
 at ``max_gap`` (computed by the caller), so a long gap is never interpolated across.
 
 The new samples of all GPUs in a block arrive concatenated GPU by GPU ("slots", see
-:class:`Segments`); each statistic is computed for all of them with a fixed number of
-numpy calls (prefix sums and ``searchsorted`` for each window start, a sparse table for
-min/max), so the cost per block hardly depends on the number of GPUs. The tail of earlier
-samples that later windows can still see is carried per slot, with the running prefix
-sums, which are extended by one sequential cumulative sum per slot (``np.cumsum`` along
-the rows of a slots × samples array): the numbers are bit-for-bit the same whether the
-samples arrive in one block or one tick at a time.
+:class:`Segments`). Work is shared as far as the numbers allow:
+
+* a :class:`WindowSet` knows every window before the first block; it carries one tail of
+  earlier samples per slot (as long as its longest window) and lays tail + new samples
+  out once per block (:class:`Layout`), with one ``searchsorted`` per distinct width;
+* a :class:`Series` holds what the windows over one argument (``utilization.gpu``,
+  ``power_rel``...) need: running prefix sums of its terms (one sequential cumulative sum
+  per slot, continued from the carried running total, so the numbers are bit-for-bit the
+  same whatever the block split), its carried values (min, max, last, slope) and a sparse
+  table per reduction. Every width of every statistic over that argument is then a few
+  gathers, computed only when asked for (evidence only when an incident fires);
+* a term that is all zero in a block over a flat carried tail (a metric the log lacks, a
+  flag that never holds) costs no cumulative sum at all: its window sums are exactly 0.
+
+:class:`Window` is the single-window convenience over a private WindowSet.
 """
 
 from __future__ import annotations
+
+from collections.abc import Callable
 
 import numpy as np
 
 NAN = np.nan
 KINDS = ("mean", "min", "max", "last", "slope", "frac", "delta", "rate")
 _NEEDS_X = ("min", "max", "last", "slope")
+_TERMS = {"mean": ("xd", "dv"), "frac": ("cd",), "delta": ("inc",), "rate": ("inc",)}
+JOINT_MAX = 32  # new samples per slot up to which a block is laid out jointly (live ticks)
 
 
 def seg_positions(starts: np.ndarray, lens: np.ndarray) -> np.ndarray:
@@ -37,8 +49,7 @@ class Segments:
 
     ``ts`` (s, strictly increasing within a slot and later than the slot's earlier
     samples), ``d`` (weights, s), ``counts[slot]`` samples per slot (0 for a GPU without
-    samples in this block). ``shared`` caches per-width layout common to every window of
-    that width (their carried tails are identical).
+    samples in this block). ``shared`` caches per-block work of the window sets.
     """
 
     def __init__(self, ts: np.ndarray, d: np.ndarray, counts: np.ndarray) -> None:
@@ -48,308 +59,343 @@ class Segments:
         self.n_slots = len(self.counts)
         self.offsets = np.concatenate(([0], np.cumsum(self.counts)))
         self.gi = np.repeat(np.arange(self.n_slots), self.counts)
-        self.shared: dict[float, tuple] = {}
+        self.shared: dict[object, object] = {}
 
 
-class Window:
-    """One statistic ``kind`` over ``width`` seconds, with carried per-slot state."""
+class _Prefix:
+    """Carried running sums of one term: per slot the total before its first tail sample
+    (``base``) and the totals after each tail sample (``tail``)."""
 
-    def __init__(self, kind: str, width: float) -> None:
-        if kind not in KINDS:
-            raise ValueError(f"unknown window statistic {kind!r}")
-        if not width > 0:
-            raise ValueError("window width must be positive")
-        self.kind = kind
-        self.width = float(width)
-        self.tail_len = np.zeros(0, np.int64)
-        self.tail_ts = np.empty(0)
-        self.tail_x = np.empty(0)
-        self.tail_pre: dict[str, np.ndarray] = {}
-        self.base: dict[str, np.ndarray] = {}
+    __slots__ = ("base", "tail")
+
+    def __init__(self, base: np.ndarray, tail: np.ndarray) -> None:
+        self.base = base
+        self.tail = tail
+
+    def grown(self, n_slots: int) -> _Prefix:
+        extra = n_slots - len(self.base)
+        if extra <= 0:
+            return self
+        return _Prefix(np.concatenate((self.base, np.zeros(extra))), self.tail)
+
+    def flat(self, tail_len: np.ndarray) -> bool:
+        """Whether no tail sample added anything (every tail total equals the base)."""
+        return not len(self.tail) or bool(np.array_equal(
+            self.tail, np.repeat(self.base[:len(tail_len)], tail_len)))
+
+
+class Layout:
+    """Tail + new samples of every slot for one block (shared by a WindowSet's series).
+
+    Per slot the prefix-sum layout is ``[base, tail..., new...]``; values (``t_all``,
+    ``x_all``) are laid out ``[tail..., new...]``. Start positions per width are computed
+    once (:meth:`starts`).
+    """
+
+    def __init__(self, seg: Segments, tail_ts: np.ndarray, tail_len: np.ndarray,
+                 keep_width: float) -> None:
+        self.seg = seg
+        n_slots = seg.n_slots
+        t_len, n_new = tail_len, seg.counts
+        self.t_len = t_len
+        self.t_off = np.concatenate(([0], np.cumsum(t_len)))
+        total_len = t_len + n_new
+        a = np.concatenate(([0], np.cumsum(total_len)))
+        self.a = a
+        self.joint = len(seg.ts) <= JOINT_MAX * n_slots
+        self.tail_pos = seg_positions(a[:-1], t_len)
+        self.new_pos = seg_positions(a[:-1] + t_len, n_new)
+        self.t_all = self.interleave(tail_ts, seg.ts)
+        self._uniform = self._same_times()
+        self._starts: dict[float, np.ndarray] = {}
+        keep = np.zeros(n_slots, np.int64)
+        live = np.flatnonzero(n_new)
+        if len(live):
+            last = self.t_all[a[live + 1] - 1]
+            keep[live] = self._search(last - keep_width, live, per_slot=True)
+        new_t = total_len - keep
+        slot_ids = np.arange(n_slots)
+        gi = seg.gi
+        self.keep_pos = seg_positions(a[:-1] + keep, new_t)
+        self.new_t = new_t
+        self.new_tail_ts = self.t_all[self.keep_pos]
+        self.width2d = int(seg.counts.max()) + 1 if n_slots else 1
+        self.p_size = int(a[-1]) + n_slots
+        # positions in the prefix-sum layout: per slot [base, tail..., new...]
+        self.p_tail = self.tail_pos + np.repeat(slot_ids, t_len) + 1
+        self.p_new = self.new_pos + gi + 1
+        self.p_base = a[:-1] + slot_ids
+        self.p_before = a[:-1] + t_len + slot_ids
+        self.p_keep_base = a[:-1] + keep + slot_ids
+        self.p_keep = self.keep_pos + np.repeat(slot_ids, new_t) + 1
+        self.flat = (gi * self.width2d + (np.arange(len(gi)) - seg.offsets[gi]) + 1
+                     if self.joint else np.empty(0, np.int64))
+
+    def _same_times(self) -> bool:
+        """Whether every slot has the very same times (tail and new): one search serves
+        them all (the usual replay case: every GPU read at every tick)."""
+        seg = self.seg
+        n = seg.n_slots
+        if n < 2 or self.joint:
+            return False
+        sizes = self.a[1:] - self.a[:-1]
+        if not (sizes == sizes[0]).all() or not (self.t_len == self.t_len[0]).all() \
+                or sizes[0] == 0:
+            return False
+        rows = self.t_all.reshape(n, int(sizes[0]))
+        return bool((rows == rows[0]).all())
+
+    def _search(self, q: np.ndarray, slots: np.ndarray, per_slot: bool = False) -> np.ndarray:
+        """Local positions (in each slot's ``[tail..., new...]``) of the first time
+        ``> q``; ``q`` holds one query per slot (``per_slot``) or one per new sample."""
+        a, seg = self.a, self.seg
+        out = np.empty(len(q), np.int64)
+        if per_slot:
+            for j, g in enumerate(slots):
+                out[j] = np.searchsorted(self.t_all[a[g]:a[g + 1]], q[j], side="right")
+            return out
+        if self._uniform:
+            m = int(seg.counts[0])
+            local = np.searchsorted(self.t_all[a[0]:a[1]], q[:m], side="right")
+            return np.tile(local, seg.n_slots)
+        for g in slots:
+            o0, o1 = int(seg.offsets[g]), int(seg.offsets[g + 1])
+            out[o0:o1] = np.searchsorted(self.t_all[a[g]:a[g + 1]], q[o0:o1], side="right")
+        return out
+
+    def starts(self, width: float) -> np.ndarray:
+        """Per new sample: position in ``[tail..., new...]`` (all slots) of the first sample
+        of its window."""
+        got = self._starts.get(width)
+        if got is None:
+            seg = self.seg
+            live = np.flatnonzero(seg.counts)
+            if self.joint and int(seg.counts.max()) <= 1:
+                # one new sample per slot (a live tick): count, per slot, the times not
+                # inside the window; slots without a sample count nothing
+                q = np.full(seg.n_slots, -np.inf)
+                q[live] = seg.ts - width
+                sizes = self.a[1:] - self.a[:-1]
+                before = self.t_all <= np.repeat(q, sizes)
+                got = self.a[live] + np.add.reduceat(before, self.a[live]).astype(np.int64)
+            else:
+                got = self._search(seg.ts - width, live) + self.a[seg.gi]
+            self._starts[width] = got
+        return got
+
+    def interleave(self, tail: np.ndarray, new: np.ndarray) -> np.ndarray:
+        """Per slot: its tail values, then its new values."""
+        seg = self.seg
+        if self.joint:
+            out = np.empty(len(tail) + len(new))
+            out[self.tail_pos] = tail
+            out[self.new_pos] = new
+            return out
+        pieces = []
+        for g in range(seg.n_slots):
+            pieces.append(tail[self.t_off[g]:self.t_off[g + 1]])
+            pieces.append(new[seg.offsets[g]:seg.offsets[g + 1]])
+        return np.concatenate(pieces)
+
+    def prefix(self, state: _Prefix, term: np.ndarray) -> tuple[np.ndarray, _Prefix]:
+        """Running sums of ``term`` in the prefix layout, continuing ``state``; returns the
+        array and the state to carry. One sequential cumsum per slot (block == tick)."""
+        seg = self.seg
+        n_slots = seg.n_slots
+        p = np.empty(self.p_size)
+        if self.joint:
+            p[self.p_base] = state.base[:n_slots]
+            p[self.p_tail] = state.tail
+            m = np.zeros((n_slots, self.width2d))
+            m[:, 0] = p[self.p_before]
+            flat_m = m.reshape(-1)
+            flat_m[self.flat] = term
+            np.cumsum(m, axis=1, out=m)
+            p[self.p_new] = flat_m[self.flat]
+        else:
+            for g in range(n_slots):
+                t, n = int(self.t_len[g]), int(seg.counts[g])
+                at = int(self.a[g]) + g
+                p[at] = state.base[g]
+                p[at + 1:at + 1 + t] = state.tail[self.t_off[g]:self.t_off[g + 1]]
+                if n:
+                    o0 = int(seg.offsets[g])
+                    part = p[at + t:at + 1 + t + n]
+                    part[1:] = term[o0:o0 + n]
+                    np.cumsum(part, out=part)
+        return p, _Prefix(p[self.p_keep_base], p[self.p_keep])
+
+    def carry_flat(self, state: _Prefix) -> _Prefix:
+        """The carried state of a term that adds nothing in this block."""
+        base = state.base[:self.seg.n_slots]
+        return _Prefix(state.base, np.repeat(base, self.new_t))
+
+
+class Series:
+    """Carried state and per-block results of every window over one argument."""
+
+    def __init__(self, kinds: set[str], n_tail: int = 0) -> None:
+        self.kinds = set(kinds)
+        self.prefix: dict[str, _Prefix] = {}
+        self.tail_x = np.full(n_tail, NAN)
         self.last_valid = np.empty(0)  # counters: latest valid reading per slot
         self.first = np.empty(0)  # mean: each slot's first-ever value (its weight is 0)
         self.first_ts = np.empty(0)  # ... and its time
         self.has_first = np.zeros(0, bool)
-        self._slot_of: dict[str, int] = {}
-
-    def update(self, gpu: str, ts: np.ndarray, d: np.ndarray, x: np.ndarray) -> np.ndarray:
-        """Convenience for one GPU: the statistic at each of its new samples."""
-        slot = self._slot_of.setdefault(gpu, len(self._slot_of))
-        counts = np.zeros(max(len(self._slot_of), len(self.tail_len)), np.int64)
-        counts[slot] = len(ts)
-        return self.update_block(Segments(ts, d, counts), x)
+        self.dv_is_d = True  # mean: every value so far valid, so its weights are plain d
+        self.seen: object = None  # the layout this series was last advanced with
+        self._x: np.ndarray = np.empty(0)
+        self._sums: dict[str, np.ndarray | None] = {}
+        self._p: dict[str, np.ndarray | None] = {}
+        self._cache: dict[tuple[str, float], np.ndarray] = {}
+        self._levels: dict[str, list[np.ndarray]] = {}
+        self._x_all: np.ndarray | None = None
 
     def _grow(self, n: int) -> None:
-        extra = n - len(self.tail_len)
+        extra = n - len(self.first)
         if extra <= 0:
             return
-        self.tail_len = np.concatenate((self.tail_len, np.zeros(extra, np.int64)))
         self.last_valid = np.concatenate((self.last_valid, np.full(extra, NAN)))
         self.first = np.concatenate((self.first, np.full(extra, NAN)))
         self.first_ts = np.concatenate((self.first_ts, np.full(extra, NAN)))
         self.has_first = np.concatenate((self.has_first, np.zeros(extra, bool)))
-        for name in self.base:
-            self.base[name] = np.concatenate((self.base[name], np.zeros(extra)))
+        for name, st in self.prefix.items():
+            self.prefix[name] = st.grown(n)
 
-    def _layout(self, seg: Segments) -> tuple:
-        """Per-width layout of tail + new samples (shared by windows of this width)."""
-        got = seg.shared.get(self.width)
-        # reuse only with the very same carried tail (the object shared since the last
-        # block), or when neither window has seen a sample yet
-        if got is not None and (got[0] is self.tail_ts or (
-                not len(got[0]) and not len(self.tail_ts)
-                and np.array_equal(got[1], self.tail_len))):
-            return got[2:]
-        t_len, n_new = self.tail_len, seg.counts
-        total_len = t_len + n_new
-        a = np.concatenate(([0], np.cumsum(total_len)))
-        tail_pos = seg_positions(a[:-1], t_len)
-        new_pos = seg_positions(a[:-1] + t_len, n_new)
-        t_all = _interleave(self.tail_ts, t_len, seg.ts, seg, tail_pos, new_pos)
-        s = np.empty(len(seg.ts), np.int64)
-        keep = np.zeros(seg.n_slots, np.int64)
-        for g in np.flatnonzero(n_new):
-            lo, hi = int(a[g]), int(a[g + 1])
-            part = t_all[lo:hi]
-            s[seg.offsets[g]:seg.offsets[g + 1]] = lo + np.searchsorted(
-                part, seg.ts[seg.offsets[g]:seg.offsets[g + 1]] - self.width, side="right")
-            keep[g] = np.searchsorted(part, part[-1] - self.width, side="right")
-        new_t = total_len - keep
-        keep_pos = seg_positions(a[:-1] + keep, new_t)
-        slot_ids = np.arange(seg.n_slots)
-        gi = seg.gi
-        width2d = int(seg.counts.max()) + 1
-        # positions in the prefix-sum layout: per slot [base, tail..., new...]
-        pre = {
-            "tail": tail_pos + np.repeat(slot_ids, t_len) + 1,
-            "new": new_pos + gi + 1,
-            "base": a[:-1] + slot_ids,
-            "before": a[:-1] + t_len + slot_ids,
-            "start": s + gi,
-            "flat": gi * width2d + (np.arange(len(gi)) - seg.offsets[gi]) + 1,
-            "keep_base": a[:-1] + keep + slot_ids,
-            "keep": keep_pos + np.repeat(slot_ids, new_t) + 1,
-            "keep_loc": keep,
-        }
-        new_tail_ts = t_all[keep_pos]
-        got = (self.tail_ts, t_len, a, tail_pos, new_pos, t_all, s, new_t, keep_pos, pre,
-               width2d, new_tail_ts)
-        seg.shared[self.width] = got
-        return got[2:]
-
-    def update_block(self, seg: Segments, x: np.ndarray) -> np.ndarray:
-        """Statistic at each new sample of ``seg`` (same order), ``x`` its values."""
-        if len(seg.ts) == 0:
-            self._grow(seg.n_slots)
-            return np.empty(0)
+    def advance(self, ws: WindowSet, lay: Layout, x: np.ndarray) -> None:
+        """Take a block's values ``x`` (one per new sample of ``lay``)."""
+        seg = lay.seg
         self._grow(seg.n_slots)
-        kind = self.kind
-        (_a, tail_pos, new_pos, t_all, s, new_t, keep_pos, pre, width2d,
-         new_tail_ts) = self._layout(seg)
-        gi = seg.gi
-        d = seg.d
+        self.seen = lay
+        self._x = x
+        self._cache = {}
+        self._levels = {}
+        self._x_all = None
+        self._p = {}
+        self._sums = {}
         valid = ~np.isnan(x)
-        if not (valid & (x != 0) if kind == "frac" else valid).any() and self._quiet():
-            return self._quiet_block(seg, x, s, pre, width2d, new_t, keep_pos, new_tail_ts)
-        if kind in _NEEDS_X:
-            x_all = _interleave(self.tail_x, self.tail_len, x, seg, tail_pos, new_pos)
-        terms: dict[str, np.ndarray] = {}
-        # Every sample but a GPU's first-ever one has d > 0 (timestamps strictly increase),
-        # so a window whose weights sum to 0 holds that first sample and nothing valid else.
-        if kind == "mean":
+        self._valid = valid
+        terms: dict[str, Callable[[], np.ndarray]] = {}
+        if "mean" in self.kinds:
             fresh = np.flatnonzero((seg.counts > 0) & ~self.has_first)
             if len(fresh):
                 self.first[fresh] = x[seg.offsets[fresh]]
                 self.first_ts[fresh] = seg.ts[seg.offsets[fresh]]
                 self.has_first[fresh] = True
-            terms = {"xd": np.where(valid, x * d, 0.0), "d": np.where(valid, d, 0.0)}
-        elif kind == "frac":
-            c = np.where(valid & (x != 0), 1.0, 0.0)
-            terms = {"cd": c * d}
-        elif kind in ("delta", "rate"):
-            terms = {"inc": self._increments(seg, x, valid)}
+            all_valid = bool(valid.all())
+            terms["xd"] = lambda: np.where(valid, x * seg.d, 0.0)
+            if self.dv_is_d and not all_valid:  # weights part from plain d from now on
+                self.dv_is_d = False
+                self.prefix["dv"] = ws.d_before
+            if not self.dv_is_d:
+                terms["dv"] = lambda: np.where(valid, seg.d, 0.0)
+        if "frac" in self.kinds:
+            self._c = np.where(valid & (x != 0), 1.0, 0.0)
+            terms["cd"] = lambda: self._c * seg.d
+        if "delta" in self.kinds or "rate" in self.kinds:  # no valid reading: no rise
+            terms["inc"] = lambda: (self._increments(seg, x, valid) if valid.any()
+                                    else np.zeros(len(x)))
+        for name, make in terms.items():
+            st = self.prefix.get(name) or _Prefix(np.zeros(seg.n_slots), np.empty(0))
+            term = make()
+            if not term.any() and st.flat(lay.t_len):  # adds nothing: sums are exactly 0
+                self._p[name] = None
+                self.prefix[name] = lay.carry_flat(st)
+            else:
+                self._p[name], self.prefix[name] = lay.prefix(st, term)
+        if self.kinds & set(_NEEDS_X):
+            self._quiet_x = not valid.any() and bool(np.isnan(self.tail_x).all())
+            if self._quiet_x:
+                self.tail_x = np.full(int(lay.new_t.sum()), NAN)
+            else:
+                self._x_all = lay.interleave(self.tail_x, x)
+                self.tail_x = self._x_all[lay.keep_pos]
 
-        sums = self._sums(seg, terms, s, pre, width2d)
-        if kind == "frac":
-            sums["d"] = self._time_sums(seg, s, pre, width2d)
+    def _wsum(self, ws: WindowSet, lay: Layout, name: str, width: float) -> np.ndarray:
+        """Window sums of term ``name`` at every new sample."""
+        shared = name == "d" or (name == "dv" and self.dv_is_d)
+        p = ws.plain_d(lay) if shared else self._p[name]
+        if p is None:
+            return np.zeros(len(lay.seg.ts))
+        at_new = self._sums.get(name)
+        if at_new is None:
+            at_new = self._sums[name] = p[lay.p_new]
+        return at_new - p[lay.starts(width) + lay.seg.gi]
 
-        def wsum(name: str) -> np.ndarray:
-            return sums[name]
-
+    def value(self, ws: WindowSet, lay: Layout, kind: str, width: float) -> np.ndarray:
+        """Statistic ``kind`` over ``width`` s at each new sample of the current block."""
+        key = (kind, width)
+        got = self._cache.get(key)
+        if got is not None:
+            return got
+        seg = lay.seg
+        n = len(seg.ts)
         with np.errstate(invalid="ignore", divide="ignore"):
             if kind == "mean":
-                sd = wsum("d")
-                out = wsum("xd") / sd
+                sd = self._wsum(ws, lay, "dv", width)
+                out = self._wsum(ws, lay, "xd", width) / sd
                 zero = sd <= 0
                 if zero.any():  # only the first-ever sample can be valid in there
-                    g0 = gi[zero]
-                    inside = self.first_ts[g0] > seg.ts[zero] - self.width
+                    g0 = seg.gi[zero]
+                    inside = self.first_ts[g0] > seg.ts[zero] - width
                     out[zero] = np.where(inside, self.first[g0], NAN)
             elif kind == "frac":
-                sd = wsum("d")
-                out = 100.0 * np.where(sd > 0, wsum("cd") / np.where(sd > 0, sd, 1.0), c)
+                sd = self._wsum(ws, lay, "d", width)
+                cd = self._wsum(ws, lay, "cd", width)
+                out = 100.0 * np.where(sd > 0, cd / np.where(sd > 0, sd, 1.0), self._c)
             elif kind == "delta":
-                out = wsum("inc")
+                out = self._wsum(ws, lay, "inc", width)
             elif kind == "rate":
-                out = wsum("inc") / self.width
+                out = self._wsum(ws, lay, "inc", width) / width
+            elif self._quiet_x:
+                out = np.full(n, NAN)
             elif kind in ("min", "max"):
-                out = range_reduce(x_all, s, new_pos, np.fmin if kind == "min" else np.fmax)
-            else:  # last, slope
-                idx = np.arange(len(x_all))
-                ok = ~np.isnan(x_all)
-                lv = np.maximum.accumulate(np.where(ok, idx, -1))[new_pos]
-                has = lv >= s
-                lv_c = np.where(has, lv, 0)
-                if kind == "last":
-                    out = np.where(has, x_all[lv_c], NAN)
-                else:
-                    fv_all = np.minimum.accumulate(np.where(ok, idx, len(x_all))[::-1])[::-1]
-                    fv = fv_all[s]
-                    in_w = fv <= new_pos
-                    fv_c = np.where(in_w, fv, 0)
-                    dt = t_all[lv_c] - t_all[fv_c]
-                    good = has & in_w & (dt > 0)
-                    out = np.where(good, (x_all[lv_c] - x_all[fv_c]) / np.where(good, dt, 1.0),
-                                   NAN)
-
-        # keep what a later window can still see: per slot, ts > last - width
-        self.tail_ts = new_tail_ts  # one object shared by every window of this width
-        if kind in _NEEDS_X:
-            self.tail_x = x_all[keep_pos]
-        self.tail_len = new_t
+                out = self._range(lay, width, np.fmin if kind == "min" else np.fmax)
+            else:
+                out = self._last_slope(lay, width, kind)
+        self._cache[key] = out
         return out
 
-    def _quiet(self) -> bool:
-        """Whether no carried sample can still count: no valid value in the tail (min, max,
-        last, slope) or window sums that stay flat over it (mean, frac, delta, rate)."""
-        if self.kind in _NEEDS_X:
-            return not len(self.tail_x) or bool(np.isnan(self.tail_x).all())
-        for name in ("xd", "d") if self.kind == "mean" else ("cd",) if self.kind == "frac" \
-                else ("inc",):
-            tail = self.tail_pre.get(name)
-            if tail is not None and len(tail) and not np.array_equal(
-                    tail, np.repeat(self.base[name][:len(self.tail_len)], self.tail_len)):
-                return False
-        return True
+    def _range(self, lay: Layout, width: float, fn: np.ufunc) -> np.ndarray:
+        x_all = self._x_all
+        assert x_all is not None
+        s, e = lay.starts(width), lay.new_pos
+        if not len(s):
+            return np.empty(0)
+        if int(lay.seg.counts.max()) <= 1:  # one sample per slot: disjoint windows
+            idx = np.empty(2 * len(s), np.int64)
+            idx[0::2], idx[1::2] = s, e + 1
+            padded = np.append(x_all, NAN)
+            return fn.reduceat(padded, idx)[0::2]
+        levels = self._levels.setdefault(fn.__name__, [x_all])
+        return range_reduce(x_all, s, e, fn, levels)
 
-    def _quiet_block(self, seg: Segments, x: np.ndarray, s: np.ndarray,
-                     pre: dict[str, np.ndarray], width2d: int, new_t: np.ndarray,
-                     keep_pos: np.ndarray, new_tail_ts: np.ndarray) -> np.ndarray:
-        """:meth:`update_block` for a block without a valid (frac: true) value and a quiet
-        tail: a metric the log lacks (its rules evaluate to constants). The result and the
-        carried state are exactly those of the full computation (flat prefix sums give
-        window sums of exactly 0), at the cost of a few fills."""
-        kind = self.kind
-        n_slots = seg.n_slots
-        if kind in _NEEDS_X:
-            out = np.full(len(seg.ts), NAN)
-            self.tail_x = np.full(int(new_t.sum()), NAN)
-        else:
-            names = {"mean": ("xd", "d"), "frac": ("cd",)}.get(kind, ("inc",))
-            for name in names:  # flat prefix sums: the base carries on unchanged
-                base = self.base.get(name, np.zeros(n_slots))
-                self.base[name] = base
-                self.tail_pre[name] = np.repeat(base[:n_slots], new_t)
-            if kind == "mean":
-                fresh = np.flatnonzero((seg.counts > 0) & ~self.has_first)
-                if len(fresh):
-                    self.first[fresh] = x[seg.offsets[fresh]]
-                    self.first_ts[fresh] = seg.ts[seg.offsets[fresh]]
-                    self.has_first[fresh] = True
-                g0 = seg.gi
-                out = np.where(self.first_ts[g0] > seg.ts - self.width, self.first[g0], NAN)
-            elif kind == "frac":
-                self._time_sums(seg, s, pre, width2d)
-                out = np.zeros(len(seg.ts))
-            else:  # delta, rate: no increment (the latest valid reading stays as it was)
-                out = np.zeros(len(seg.ts))
-        self.tail_ts = new_tail_ts
-        self.tail_len = new_t
-        return out
-
-    def _time_sums(self, seg: Segments, s: np.ndarray, pre: dict[str, np.ndarray],
-                   width2d: int) -> np.ndarray:
-        """Window sums of the weights ``d`` (the frac denominator), carried as term "d".
-
-        Every frac window of a width carrying the very same state (the same objects, as
-        after the previous block) gets the same numbers: they are computed once per block.
-        """
-        key = ("d", self.width)
-        tail, base = self.tail_pre.get("d"), self.base.get("d")
-        got = seg.shared.get(key)
-        if got is not None and got[0] is tail and got[1] is base:
-            self.base["d"], self.tail_pre["d"] = got[2], got[3]
-            return got[4]
-        sums = self._sums(seg, {"d": seg.d}, s, pre, width2d)["d"]
-        seg.shared[key] = (tail, base, self.base["d"], self.tail_pre["d"], sums)
-        return sums
-
-    def _sums(self, seg: Segments, terms: dict[str, np.ndarray], s: np.ndarray,
-              pre: dict[str, np.ndarray], width2d: int) -> dict[str, np.ndarray]:
-        """Window sums of each term at every new sample; carries the prefix-sum tails.
-
-        Per slot the prefix sums are ``[base, tail prefixes..., new prefixes...]``; the new
-        part is one sequential cumsum continuing from the slot's last prefix, so block and
-        tick evaluation give the same bits. Small blocks (live ticks) do every slot at once
-        with fancy indexing; large blocks (replay) go slot by slot on contiguous slices
-        (faster there). Both paths perform the same additions.
-        """
-        n_slots = seg.n_slots
-        if len(seg.ts) <= 32 * n_slots:
-            return self._sums_joint(seg, terms, pre, width2d)
-        t_len = self.tail_len
-        t_off = np.concatenate(([0], np.cumsum(t_len)))
-        keep = pre["keep_loc"]
-        a = pre["base"] - np.arange(n_slots)  # slot starts in the tail+new layout
-        sums = {name: np.empty(len(seg.ts)) for name in terms}
-        parts: dict[str, list[np.ndarray]] = {name: [] for name in terms}
-        bases = {name: self.base.get(name, np.zeros(n_slots)).copy() for name in terms}
-        tails = {name: self.tail_pre.get(name, np.empty(0)) for name in terms}
-        for g in range(n_slots):
-            t, n = int(t_len[g]), int(seg.counts[g])
-            lo, hi = int(t_off[g]), int(t_off[g + 1])
-            if n == 0:
-                for name in terms:
-                    parts[name].append(tails[name][lo:hi])
-                continue
-            o0, o1 = int(seg.offsets[g]), int(seg.offsets[g + 1])
-            s_loc = s[o0:o1] - a[g]
-            k = int(keep[g])
-            for name, term in terms.items():
-                p = np.empty(1 + t + n)
-                p[0] = bases[name][g]
-                p[1:1 + t] = tails[name][lo:hi]
-                p[1 + t:] = term[o0:o1]
-                np.cumsum(p[t:], out=p[t:])
-                sums[name][o0:o1] = p[1 + t:] - p[s_loc]
-                bases[name][g] = p[k]
-                parts[name].append(p[k + 1:])
-        for name in terms:
-            self.base[name] = bases[name]
-            self.tail_pre[name] = np.concatenate(parts[name]) if parts[name] else np.empty(0)
-        return sums
-
-    def _sums_joint(self, seg: Segments, terms: dict[str, np.ndarray],
-                    pre: dict[str, np.ndarray], width2d: int) -> dict[str, np.ndarray]:
-        """:meth:`_sums` for every slot at once (rows of a slots × samples array)."""
-        n_slots = seg.n_slots
-        p_new_pos, ps, flat = pre["new"], pre["start"], pre["flat"]
-        size = int(pre["base"][-1]) + 1 + int(self.tail_len[-1]) + int(seg.counts[-1])
-        sums: dict[str, np.ndarray] = {}
-        for name, term in terms.items():
-            p = np.empty(size)
-            p[pre["base"]] = self.base.get(name, np.zeros(n_slots))
-            p[pre["tail"]] = self.tail_pre.get(name, np.empty(0))
-            m = np.zeros((n_slots, width2d))
-            m[:, 0] = p[pre["before"]]
-            flat_m = m.reshape(-1)
-            flat_m[flat] = term
-            np.cumsum(m, axis=1, out=m)
-            p[p_new_pos] = flat_m[flat]
-            sums[name] = p[p_new_pos] - p[ps]
-            self.base[name] = p[pre["keep_base"]]
-            self.tail_pre[name] = p[pre["keep"]]
-        return sums
+    def _last_slope(self, lay: Layout, width: float, kind: str) -> np.ndarray:
+        x_all = self._x_all
+        assert x_all is not None
+        s, new_pos, t_all = lay.starts(width), lay.new_pos, lay.t_all
+        lv = self._cache.get(("__lv__", 0.0))
+        if lv is None:
+            idx = np.arange(len(x_all))
+            ok = ~np.isnan(x_all)
+            lv = self._cache[("__lv__", 0.0)] = np.maximum.accumulate(
+                np.where(ok, idx, -1))[new_pos]
+        has = lv >= s
+        lv_c = np.where(has, lv, 0)
+        if kind == "last":
+            return np.where(has, x_all[lv_c], NAN)
+        fv_all = self._cache.get(("__fv__", 0.0))
+        if fv_all is None:
+            idx = np.arange(len(x_all))
+            ok = ~np.isnan(x_all)
+            fv_all = self._cache[("__fv__", 0.0)] = np.minimum.accumulate(
+                np.where(ok, idx, len(x_all))[::-1])[::-1]
+        fv = fv_all[s]
+        in_w = fv <= new_pos
+        fv_c = np.where(in_w, fv, 0)
+        dt = t_all[lv_c] - t_all[fv_c]
+        good = has & in_w & (dt > 0)
+        return np.where(good, (x_all[lv_c] - x_all[fv_c]) / np.where(good, dt, 1.0), NAN)
 
     def _increments(self, seg: Segments, x: np.ndarray, valid: np.ndarray) -> np.ndarray:
         """Counter rises at each new sample (reset-tolerant); updates ``last_valid``."""
@@ -371,36 +417,144 @@ class Window:
         return inc
 
 
-def _interleave(tail: np.ndarray, tail_len: np.ndarray, new: np.ndarray, seg: Segments,
-                tail_pos: np.ndarray, new_pos: np.ndarray) -> np.ndarray:
-    """Per slot: its tail values, then its new values (scatter for ticks, slices else)."""
-    if len(new) <= 32 * seg.n_slots:
-        out = np.empty(len(tail) + len(new))
-        out[tail_pos] = tail
-        out[new_pos] = new
+class WindowSet:
+    """Every window of a detector, declared before the first block (:meth:`add`).
+
+    Per block: :meth:`value` advances the argument's series on first use and returns a
+    window's values; :meth:`finish` advances the series nobody asked for (their windows
+    feed evidence only) and carries the tails to the next block.
+    """
+
+    def __init__(self) -> None:
+        self.series: dict[str, Series] = {}
+        self.args: dict[str, object] = {}
+        self.widths: set[float] = set()
+        self.tail_ts = np.empty(0)
+        self.tail_len = np.zeros(0, np.int64)
+        self.d_state = _Prefix(np.zeros(0), np.empty(0))
+        self.d_before = self.d_state
+        self._layout: Layout | None = None
+        self._seg: Segments | None = None
+        self._plain_d: np.ndarray | None = None
+        self.started = False
+
+    def add(self, key: str, arg: object, kind: str, width: float) -> None:
+        """Declare ``kind(arg, width)``; ``key`` names the argument (its canonical text)."""
+        if kind not in KINDS:
+            raise ValueError(f"unknown window statistic {kind!r}")
+        if not width > 0:
+            raise ValueError("window width must be positive")
+        if self.started:
+            raise RuntimeError("windows must be declared before the first block")
+        s = self.series.get(key)
+        if s is None:
+            s = self.series[key] = Series({kind})
+            self.args[key] = arg
+        s.kinds.add(kind)
+        self.widths.add(float(width))
+
+    def has(self, key: str, kind: str, width: float) -> bool:
+        s = self.series.get(key)
+        return s is not None and kind in s.kinds and float(width) in self.widths
+
+    def layout(self, seg: Segments) -> Layout:
+        """The current block's layout (made on first use in the block)."""
+        if self._seg is not seg or self._layout is None:
+            self.started = True
+            self._plain_d = None
+            n = seg.n_slots
+            if len(self.tail_len) < n:
+                self.tail_len = np.concatenate(
+                    (self.tail_len, np.zeros(n - len(self.tail_len), np.int64)))
+            self.d_state = self.d_state.grown(n)
+            self.d_before = self.d_state
+            self._layout = Layout(seg, self.tail_ts, self.tail_len,
+                                  max(self.widths, default=0.0))
+            self._seg = seg
+            self._plain_d = None
+        return self._layout
+
+    def plain_d(self, lay: Layout) -> np.ndarray:
+        """Running sums of the plain weights ``d`` (frac denominators; means over values
+        that were never missing), once per block."""
+        if self._plain_d is None:
+            self._plain_d, self._d_after = lay.prefix(self.d_before, lay.seg.d)
+        return self._plain_d
+
+    def value(self, seg: Segments, key: str, kind: str, width: float,
+              arg: Callable[[], np.ndarray]) -> np.ndarray:
+        """``kind(key, width)`` at each new sample of ``seg``; ``arg()`` gives the argument's
+        values (called once per block)."""
+        if len(seg.ts) == 0:
+            return np.empty(0)
+        lay = self.layout(seg)
+        s = self.series[key]
+        if s.seen is not lay:
+            s.advance(self, lay, arg())
+        return s.value(self, lay, kind, float(width))
+
+    def finish(self, seg: Segments, arg: Callable[[object], np.ndarray]) -> None:
+        """End of a block: advance the series not used in it; carry the tails."""
+        if len(seg.ts) == 0 or not self.series:
+            return
+        lay = self.layout(seg)
+        for key, s in self.series.items():
+            if s.seen is not lay:
+                s.advance(self, lay, arg(self.args[key]))
+        self.plain_d(lay)
+        self.d_state = self._d_after
+        self.tail_ts = lay.new_tail_ts
+        self.tail_len = lay.new_t
+        self._layout = None
+        self._seg = None
+        for s in self.series.values():  # drop the block's arrays
+            s._cache, s._levels, s._x_all, s._p, s._sums = {}, {}, None, {}, {}
+            s.seen = None
+
+
+class Window:
+    """One statistic ``kind`` over ``width`` seconds, with carried per-slot state (a
+    WindowSet of one window)."""
+
+    def __init__(self, kind: str, width: float) -> None:
+        self.kind = kind
+        self.width = float(width)
+        self._set = WindowSet()
+        self._set.add("x", None, kind, width)
+        self._slot_of: dict[str, int] = {}
+
+    def update(self, gpu: str, ts: np.ndarray, d: np.ndarray, x: np.ndarray) -> np.ndarray:
+        """Convenience for one GPU: the statistic at each of its new samples."""
+        slot = self._slot_of.setdefault(gpu, len(self._slot_of))
+        counts = np.zeros(max(len(self._slot_of), len(self._set.tail_len)), np.int64)
+        counts[slot] = len(ts)
+        return self.update_block(Segments(ts, d, counts), x)
+
+    def update_block(self, seg: Segments, x: np.ndarray) -> np.ndarray:
+        """Statistic at each new sample of ``seg`` (same order), ``x`` its values."""
+        out = self._set.value(seg, "x", self.kind, self.width, lambda: x)
+        self._set.finish(seg, lambda _arg: x)
         return out
-    t_off = np.concatenate(([0], np.cumsum(tail_len)))
-    pieces = []
-    for g in range(seg.n_slots):
-        pieces.append(tail[t_off[g]:t_off[g + 1]])
-        pieces.append(new[seg.offsets[g]:seg.offsets[g + 1]])
-    return np.concatenate(pieces)
 
 
-def range_reduce(x: np.ndarray, s: np.ndarray, e: np.ndarray, fn: np.ufunc) -> np.ndarray:
+def range_reduce(x: np.ndarray, s: np.ndarray, e: np.ndarray, fn: np.ufunc,
+                 levels: list[np.ndarray] | None = None) -> np.ndarray:
     """``fn``-reduction (``np.fmin``/``np.fmax``: NaN ignored) of ``x[s[i]:e[i]+1]``.
 
     A sparse table: level ``k`` holds the reduction of ``2**k`` consecutive values, so each
     range is the reduction of two overlapping power-of-two blocks. O(n log w) to build.
+    ``levels`` (starting ``[x]``) is extended in place, so that windows of several widths
+    over the same values share it.
     """
     length = e - s + 1
     if not len(length):
         return np.empty(0)
+    if levels is None:
+        levels = [x]
     k = np.floor(np.log2(length)).astype(np.int64)
     lo, hi = int(k.min()), int(k.max())
     ks = np.array([lo]) if lo == hi else np.unique(k)
-    levels = [x]
-    for level in range(1, int(ks[-1]) + 1):
+    for level in range(len(levels), int(ks[-1]) + 1):
         prev = levels[-1]
         half = 1 << (level - 1)
         cur = np.full(len(x), NAN)
