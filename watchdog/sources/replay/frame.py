@@ -118,11 +118,14 @@ def build(*, path: str, host: str, fmt: str, ts: np.ndarray, uuid: np.ndarray,
           index: np.ndarray, lost: np.ndarray | None, metrics: dict[str, np.ndarray],
           inventory: dict[str, dict[str, object]] | None = None,
           row_errors: dict[int, list[str]] | None = None,
-          warnings: list[str] | None = None) -> Recording:
+          warnings: list[str] | None = None,
+          first_rows: np.ndarray | None = None) -> Recording:
     """Assemble a :class:`Recording` from unsorted numpy columns (one entry per row).
 
     ``inventory`` maps uuid -> DeviceInfo fields seen in the log (name, pci_bus_id...).
-    ``row_errors`` maps an input row number to its read-error texts.
+    ``row_errors`` maps an input row number to its read-error texts. ``first_rows`` (input
+    rows, in row order) where each distinct uuid first appears, when the reader knows them
+    cheaply (it saves hashing every row's uuid).
     """
     n = len(ts)
     ts = np.asarray(ts, dtype=np.float64)
@@ -146,16 +149,21 @@ def build(*, path: str, host: str, fmt: str, ts: np.ndarray, uuid: np.ndarray,
     errors: dict[Key, tuple[str, ...]] = {}
     for row, texts in (row_errors or {}).items():
         errors[(float(ts[row]), str(uuid[row]))] = tuple(texts)
-    devs = _inventory(frame, inventory or {})
+    # first rows are known only while the rows keep their order (the usual case)
+    devs = _inventory(frame, inventory or {}, first_rows if order is None else None)
     return Recording(path=path, host=host, format=fmt, frame=frame, inventory=devs,
                      errors=errors, warnings=list(warnings or []))
 
 
-def _inventory(frame: pd.DataFrame, extra: dict[str, dict[str, object]]) -> list[DeviceInfo]:
+def _inventory(frame: pd.DataFrame, extra: dict[str, dict[str, object]],
+               first_rows: np.ndarray | None = None) -> list[DeviceInfo]:
     """One DeviceInfo per uuid (first index it was seen with), filled from the log."""
     if len(frame) == 0:
         return []
-    firsts = frame.drop_duplicates("uuid")[["uuid", "index"]]
+    if first_rows is not None:
+        firsts = frame.iloc[first_rows][["uuid", "index"]]
+    else:
+        firsts = frame.drop_duplicates("uuid")[["uuid", "index"]]
     mem_total: dict[str, float] = {}
     if "memory.total" in frame.columns:  # first non-missing value per GPU
         at_first = frame.loc[firsts.index, "memory.total"]

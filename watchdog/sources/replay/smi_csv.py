@@ -348,37 +348,45 @@ def _convert(path: str, raw: pd.DataFrame, *, mapping: dict[str, str], host: str
             raise InputError(f"{where(row)}: column {roles['index']!r}: missing GPU index")
         index = idx.astype(np.int64)
     uuid = None
+    uuid_codes = None  # equal codes <=> equal uuid, when known cheaply
     if "uuid" in roles:
         codes, uniques = convert.factorize(raw[roles["uuid"]])
         texts = [str(u).strip() for u in uniques]
         bad_codes = [i for i, t in enumerate(texts) if t.startswith("[") or
                      t.lower() in convert.MISSING_TEXT]
-        uuid = np.array([*texts, ""], dtype=object)[codes]
+        table = np.array([*texts, ""], dtype=object)
+        uuid = table[codes]
         if index is None:
             index = codes.astype(np.int64)
         bad = (codes < 0) | np.isin(codes, bad_codes)
         if bad.any():
             rows = np.flatnonzero(bad)
             uuid[rows] = [standin_uuid(host, int(i)) for i in index[rows]]
+        else:  # one code per distinct (stripped) text: no hashing of a million strings
+            uuid_codes = pd.factorize(table)[0][codes]
     if index is None:
         # no GPU column: GPUs of one time step are told apart by their order in it
         index = pd.Series(ts).groupby(ts, sort=False).cumcount().to_numpy(dtype=np.int64)
     if uuid is None:
         uniq, inv = np.unique(index, return_inverse=True)
         uuid = np.array([standin_uuid(host, int(i)) for i in uniq], dtype=object)[inv]
-    inventory = _inventory(raw, roles, uuid, problems, where)
+        uuid_codes = inv
+    if uuid_codes is None:
+        uuid_codes = pd.factorize(uuid)[0]
+    first_rows = np.sort(np.unique(uuid_codes, return_index=True)[1])
+    inventory = _inventory(raw, roles, uuid, first_rows, problems, where)
     warnings.extend(problems.warnings)
     rec = build(path=path, host=host, fmt=fmt, ts=ts, uuid=uuid, index=index,
                 lost=problems.lost, metrics=metrics, inventory=inventory,
-                row_errors=problems.errors, warnings=warnings)
+                row_errors=problems.errors, warnings=warnings, first_rows=first_rows)
     return rec
 
 
 def _inventory(raw: pd.DataFrame, roles: dict[str, str], uuid: np.ndarray,
-               problems: convert.Problems,
+               first_rows: np.ndarray, problems: convert.Problems,
                where: Callable[[int], str]) -> dict[str, dict[str, object]]:
-    """DeviceInfo fields per uuid, from the first row each GPU appears in."""
-    first_rows = pd.Series(uuid).drop_duplicates().index.to_numpy()
+    """DeviceInfo fields per uuid, from the first row each GPU appears in (``first_rows``,
+    in row order)."""
     out: dict[str, dict[str, object]] = {str(uuid[r]): {} for r in first_rows}
     for role, field in INVENTORY_TEXT.items():
         if role in roles:
