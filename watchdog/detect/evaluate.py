@@ -119,8 +119,8 @@ class Evaluator:
         got = b.cache.get(key)
         if got is not None:
             return got
-        if isinstance(node, Num):
-            got = np.full(len(b), node.value)
+        if isinstance(node, Num):  # a read-only view: no memory for a constant
+            got = np.broadcast_to(np.float64(node.value), (len(b),))
         elif isinstance(node, Name):
             got = b.value(node.name)
         elif isinstance(node, Call) and node.window is not None:
@@ -243,7 +243,23 @@ def _reduce(fn: str, m: np.ndarray, present: np.ndarray) -> np.ndarray:
         vals = np.where(present, m, NAN)
         with warnings.catch_warnings():
             warnings.simplefilter("ignore", RuntimeWarning)
-            r = {"peer_median": np.nanmedian, "peer_mean": np.nanmean,
-                 "peer_min": np.nanmin, "peer_max": np.nanmax}[fn](vals, axis=1) \
-                if vals.shape[1] else np.full(len(vals), NAN)
+            if not vals.shape[1]:
+                r = np.full(len(vals), NAN)
+            elif fn == "peer_median":
+                r = _row_median(vals)
+            else:
+                r = {"peer_mean": np.nanmean, "peer_min": np.nanmin,
+                     "peer_max": np.nanmax}[fn](vals, axis=1)
     return np.repeat(r[:, None], m.shape[1], axis=1)
+
+
+def _row_median(vals: np.ndarray) -> np.ndarray:
+    """``np.nanmedian(vals, axis=1)`` by one sort of the (few) columns: the middle value,
+    or the mean ``(a + b) / 2`` of the middle two, of each row's valid values (NaN when
+    none). Same numbers as numpy's, several times faster on a ticks × GPUs grid."""
+    srt = np.sort(vals, axis=1)  # NaN sort last
+    k = (~np.isnan(vals)).sum(axis=1)
+    rows = np.arange(len(vals))
+    lo = srt[rows, np.maximum(k - 1, 0) // 2]
+    hi = srt[rows, k // 2]
+    return np.where(k > 0, np.where(k % 2 == 1, lo, (lo + hi) / 2.0), NAN)
