@@ -108,6 +108,7 @@ class Layout:
         self.t_all = self.interleave(tail_ts, seg.ts)
         self._uniform = self._same_times()
         self._starts: dict[float, np.ndarray] = {}
+        self._runs: dict[float, list[tuple[int, int, int]] | None] = {}
         keep = np.zeros(n_slots, np.int64)
         live = np.flatnonzero(n_new)
         if len(live):
@@ -182,6 +183,27 @@ class Layout:
                 got = self._search(seg.ts - width, live) + self.a[seg.gi]
             self._starts[width] = got
         return got
+
+    def runs(self, width: float) -> list[tuple[int, int, int]] | None:
+        """Per slot with new samples ``(first, count, lag)`` when every window of the slot
+        starts the same number of samples (``lag``) before its sample (regular sampling):
+        window sums and reductions are then differences of slices, not gathers. None when
+        some slot is irregular (or for small blocks)."""
+        if width in self._runs:
+            return self._runs[width]
+        seg = self.seg
+        s = self.starts(width)
+        self._runs[width] = None
+        if self.joint:
+            return None
+        lag = self.new_pos - s
+        first = seg.offsets[:-1]
+        live = np.flatnonzero(seg.counts)
+        if not bool((lag == lag[first[seg.gi]]).all()):
+            return None
+        out = [(int(first[g]), int(seg.counts[g]), int(lag[first[g]])) for g in live]
+        self._runs[width] = out
+        return out
 
     def interleave(self, tail: np.ndarray, new: np.ndarray) -> np.ndarray:
         """Per slot: its tail values, then its new values."""
@@ -317,6 +339,13 @@ class Series:
         p = ws.plain_d(lay) if shared else self._p[name]
         if p is None:
             return np.zeros(len(lay.seg.ts))
+        runs = lay.runs(width)
+        if runs is not None:  # the same subtractions, on slices
+            out = np.empty(len(lay.seg.ts))
+            for o0, n, lag in runs:
+                at = int(lay.p_new[o0])
+                np.subtract(p[at:at + n], p[at - lag - 1:at - lag - 1 + n], out=out[o0:o0 + n])
+            return out
         at_new = self._sums.get(name)
         if at_new is None:
             at_new = self._sums[name] = p[lay.p_new]
@@ -368,7 +397,17 @@ class Series:
             padded = np.append(x_all, NAN)
             return fn.reduceat(padded, idx)[0::2]
         levels = self._levels.setdefault(fn.__name__, [x_all])
-        return range_reduce(x_all, s, e, fn, levels)
+        runs = lay.runs(width)
+        if runs is None:
+            return range_reduce(x_all, s, e, fn, levels)
+        out = np.empty(len(s))  # per slot: two shifted slices of one sparse-table level
+        for o0, n, lag in runs:
+            k = int(np.floor(np.log2(lag + 1)))
+            _extend(levels, fn, k)
+            lv, e0 = levels[k], int(e[o0])
+            fn(lv[e0 - lag:e0 - lag + n], lv[e0 - (1 << k) + 1:e0 - (1 << k) + 1 + n],
+               out=out[o0:o0 + n])
+        return out
 
     def _last_slope(self, lay: Layout, width: float, kind: str) -> np.ndarray:
         x_all = self._x_all
@@ -554,13 +593,7 @@ def range_reduce(x: np.ndarray, s: np.ndarray, e: np.ndarray, fn: np.ufunc,
     k = np.floor(np.log2(length)).astype(np.int64)
     lo, hi = int(k.min()), int(k.max())
     ks = np.array([lo]) if lo == hi else np.unique(k)
-    for level in range(len(levels), int(ks[-1]) + 1):
-        prev = levels[-1]
-        half = 1 << (level - 1)
-        cur = np.full(len(x), NAN)
-        if len(x) > half:
-            cur[: len(x) - half] = fn(prev[: len(x) - half], prev[half:])
-        levels.append(cur)
+    _extend(levels, fn, int(ks[-1]))
     if len(ks) == 1:  # the usual case: every window spans about the same sample count
         lv = levels[int(ks[0])]
         return fn(lv[s], lv[e - (1 << int(ks[0])) + 1])
@@ -570,3 +603,15 @@ def range_reduce(x: np.ndarray, s: np.ndarray, e: np.ndarray, fn: np.ufunc,
         lv = levels[int(kk)]
         out[m] = fn(lv[s[m]], lv[e[m] - (1 << int(kk)) + 1])
     return out
+
+
+def _extend(levels: list[np.ndarray], fn: np.ufunc, k: int) -> None:
+    """Build sparse-table levels up to ``k`` (level ``j`` reduces ``2**j`` values)."""
+    x = levels[0]
+    for level in range(len(levels), k + 1):
+        prev = levels[-1]
+        half = 1 << (level - 1)
+        cur = np.full(len(x), NAN)
+        if len(x) > half:
+            cur[: len(x) - half] = fn(prev[: len(x) - half], prev[half:])
+        levels.append(cur)
