@@ -199,7 +199,11 @@ class Layout:
         lag = self.new_pos - s
         first = seg.offsets[:-1]
         live = np.flatnonzero(seg.counts)
-        if not bool((lag == lag[first[seg.gi]]).all()):
+        if self._uniform:  # every slot has the same times, so the same lags: check one
+            m = int(seg.counts[0])
+            if not bool((lag[:m] == lag[0]).all()):
+                return None
+        elif not bool((lag == lag[first[seg.gi]]).all()):
             return None
         out = [(int(first[g]), int(seg.counts[g]), int(lag[first[g]])) for g in live]
         self._runs[width] = out
