@@ -56,3 +56,13 @@ def test_ticks_are_the_distinct_sample_times(per_gpu: list[list[int]], same: boo
               [DeviceInfo(index=i, uuid=str(i)) for i in range(len(parts))], {},
               np.zeros(n, bool), np.full(n, np.nan), np.zeros(n), Learned())
     assert _ticks(b).tolist() == np.unique(ts).tolist()
+
+
+@settings(max_examples=100, deadline=None)
+@given(blocks())
+def test_replay_gpu_count_is_nunique(block) -> None:  # type: ignore[no-untyped-def]
+    from watchdog.commands.replay import gpu_count
+
+    ts, uuid = block
+    frame = pd.DataFrame({"ts": ts, "uuid": uuid.astype(str)})
+    assert gpu_count(frame) == frame["uuid"].nunique()
