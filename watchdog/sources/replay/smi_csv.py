@@ -373,13 +373,23 @@ def _convert(path: str, raw: pd.DataFrame, *, mapping: dict[str, str], host: str
         uuid_codes = inv
     if uuid_codes is None:
         uuid_codes = pd.factorize(uuid)[0]
-    first_rows = np.sort(np.unique(uuid_codes, return_index=True)[1])
+    first_rows = _first_rows(uuid_codes)
     inventory = _inventory(raw, roles, uuid, first_rows, problems, where)
     warnings.extend(problems.warnings)
     rec = build(path=path, host=host, fmt=fmt, ts=ts, uuid=uuid, index=index,
                 lost=problems.lost, metrics=metrics, inventory=inventory,
                 row_errors=problems.errors, warnings=warnings, first_rows=first_rows)
     return rec
+
+
+def _first_rows(codes: np.ndarray) -> np.ndarray:
+    """Row of the first appearance of each code (codes 0..k-1), in row order."""
+    n = len(codes)
+    if n == 0:
+        return np.empty(0, np.int64)
+    first = np.full(int(codes.max()) + 1, n, dtype=np.int64)
+    np.minimum.at(first, codes, np.arange(n))
+    return np.sort(first[first < n])
 
 
 def _inventory(raw: pd.DataFrame, roles: dict[str, str], uuid: np.ndarray,
