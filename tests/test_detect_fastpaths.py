@@ -66,3 +66,12 @@ def test_replay_gpu_count_is_nunique(block) -> None:  # type: ignore[no-untyped-
     ts, uuid = block
     frame = pd.DataFrame({"ts": ts, "uuid": uuid.astype(str)})
     assert gpu_count(frame) == frame["uuid"].nunique()
+
+
+@settings(max_examples=100, deadline=None)
+@given(st.lists(st.integers(0, 20).map(float), max_size=30), st.booleans())
+def test_unique_of_block_times_is_numpys(vals: list[float], ordered: bool) -> None:
+    from watchdog.detect.engine import _unique
+
+    a = np.array(sorted(vals) if ordered else vals, dtype=float)
+    assert _unique(a).tolist() == np.unique(a).tolist()

@@ -251,14 +251,14 @@ class Detector:
     def _vanished(self, cols: dict[str, np.ndarray], uniq: Any, order: np.ndarray,
                   bounds: np.ndarray) -> dict[str, np.ndarray] | None:
         """Synthetic lost rows for GPUs that stopped reporting (see :mod:`presence`)."""
-        ticks = np.unique(cols["ts"])
+        ticks = _unique(cols["ts"])
         where = {u: i for i, u in enumerate(uniq)}
         ts_out: list[float] = []
         who: list[_Gpu] = []
         for uuid, g in self._gpus.items():
             ci = where.get(uuid)
             mine = (np.empty(0) if ci is None
-                    else np.unique(cols["ts"][order[bounds[ci]:bounds[ci + 1]]]))
+                    else _unique(cols["ts"][order[bounds[ci]:bounds[ci + 1]]]))
             for t in vanish_times(g.last_ts, mine, ticks, self.config.max_gap):
                 ts_out.append(t)
                 who.append(g)
@@ -445,6 +445,13 @@ def _by_gpu(codes: np.ndarray, k: int) -> np.ndarray:
     return np.argsort(codes, kind="stable")
 
 
+def _unique(a: np.ndarray) -> np.ndarray:
+    """``np.unique(a)``; without a sort when ``a`` is already in order (block rows are)."""
+    if len(a) > 1 and bool((a[1:] >= a[:-1]).all()):
+        return a[np.concatenate(([True], a[1:] != a[:-1]))]
+    return np.unique(a)
+
+
 def _ticks(b: Block) -> np.ndarray:
     """Distinct sample times of a block, sorted (``np.unique(b.ts)``); when every GPU has
     the very same times, those of the first."""
@@ -453,7 +460,7 @@ def _ticks(b: Block) -> np.ndarray:
         rows = b.ts.reshape(len(c), int(c[0]))
         if bool((rows == rows[0]).all()):
             return rows[0].copy()
-    return np.unique(b.ts)
+    return _unique(b.ts)
 
 
 def _covered(intervals: list[tuple[float, float]], times: np.ndarray) -> np.ndarray:

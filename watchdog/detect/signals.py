@@ -83,6 +83,7 @@ class Block(Segments):
         self.cache: dict[str, np.ndarray] = {}
         self.asof: dict[int, tuple] = {}  # node-grid mapping per slot (see evaluate)
         self.evaluator: Any = None  # the Evaluator of this block, for the learning windows
+        self._bits_cache: tuple[np.ndarray, np.ndarray] | None = None
 
     def __len__(self) -> int:
         return len(self.ts)
@@ -135,9 +136,7 @@ class Block(Segments):
         if name == "tensor_activity":
             return self.metric("gpm.tensor_activity")
         if name in FLAG_SIGNALS or name == "throttle_bad":
-            mask = self.metric("clocks_event_reasons.active")
-            ok = ~np.isnan(mask)
-            bits = np.where(ok, mask, 0).astype(np.int64)
+            ok, bits = self._bits()
             want = FLAG_SIGNALS.get(name, BAD_BITS)
             return np.where(ok, ((bits & want) != 0).astype(np.float64), NAN)
         if name == "lost":
@@ -147,6 +146,16 @@ class Block(Segments):
         if name == "xid_count":
             return self.xid_count
         return np.full(n, NAN)  # pragma: no cover - names are checked at load
+
+    def _bits(self) -> tuple[np.ndarray, np.ndarray]:
+        """The clock-event reasons mask as integers (0 where unknown) and where it is known,
+        decoded once per block for every flag."""
+        got = self._bits_cache
+        if got is None:
+            mask = self.metric("clocks_event_reasons.active")
+            ok = ~np.isnan(mask)
+            got = self._bits_cache = (ok, np.where(ok, mask, 0).astype(np.int64))
+        return got
 
     def _running(self, fn: np.ufunc, carried: np.ndarray, cand: np.ndarray) -> np.ndarray:
         """Per-slot running ``fn`` (fmin/fmax) of ``cand`` from ``carried``; updates it."""
