@@ -243,7 +243,7 @@ def _reduce(fn: str, m: np.ndarray, present: np.ndarray) -> np.ndarray:
         vals = np.where(present, m, NAN)
         with warnings.catch_warnings():
             warnings.simplefilter("ignore", RuntimeWarning)
-            if not vals.shape[1]:
+            if not vals.shape[1] or np.isnan(vals).all():  # no GPU has a value: NaN
                 r = np.full(len(vals), NAN)
             elif fn == "peer_median":
                 r = _row_median(vals)
