@@ -216,12 +216,12 @@ class Detector:
         for ci, uuid in enumerate(uniq):
             rows = order[bounds[ci]:bounds[ci + 1]]
             g = self._gpus.get(uuid) or self._add_gpu(uuid, int(cols["index"][rows[0]]))
-            part = self._gpu_rows(g, rows, cols, metric_names)
+            part = self._gpu_rows(g, rows, cols)
             if part is not None:
                 per_slot[g.slot] = part
         if not per_slot:
             return
-        block = self._block(per_slot, metric_names)
+        block = self._block(per_slot, metric_names, cols)
         block.evaluator = self._ev
         ticks = _ticks(block)
         gpus = [(uuid, g.slot) for uuid, g in self._gpus.items()]
@@ -233,9 +233,10 @@ class Detector:
                 active[rule.name] = self._run_node_rule(rule, ticks, gpus, block, active)
         self._ev.end_block(block)
 
-    def _block(self, per_slot: dict[int, dict[str, np.ndarray]],
-               metric_names: list[str]) -> Block:
-        """Concatenate the GPUs' new samples slot by slot into one :class:`Block`."""
+    def _block(self, per_slot: dict[int, dict[str, np.ndarray]], metric_names: list[str],
+               cols: dict[str, np.ndarray]) -> Block:
+        """The GPUs' accepted samples slot by slot as one :class:`Block` (one gather per
+        metric; every metric is missing at a lost sample)."""
         n_slots = len(self._slots)
         counts = np.array([len(per_slot[i]["ts"]) if i in per_slot else 0
                            for i in range(n_slots)], dtype=np.int64)
@@ -244,9 +245,12 @@ class Detector:
         def cat(name: str) -> np.ndarray:
             return np.concatenate([p[name] for p in parts])
 
-        metrics = {m: cat(m) for m in metric_names}
+        rows, lost = cat("rows"), cat("lost")
+        any_lost = bool(lost.any())
+        metrics = {m: np.where(lost, np.nan, cols[m][rows]) if any_lost else cols[m][rows]
+                   for m in metric_names}
         return Block(cat("ts"), cat("d"), counts, [g.device for g in self._slots], metrics,
-                     cat("lost"), cat("xid"), cat("xid_count"), self._learned)
+                     lost, cat("xid"), cat("xid_count"), self._learned)
 
     def _vanished(self, cols: dict[str, np.ndarray], uniq: Any, order: np.ndarray,
                   bounds: np.ndarray) -> dict[str, np.ndarray] | None:
@@ -269,9 +273,10 @@ class Detector:
                 "index": np.array([g.index for g in who], dtype=np.int64),
                 "lost": np.ones(n, bool)}
 
-    def _gpu_rows(self, g: _Gpu, rows: np.ndarray, cols: dict[str, np.ndarray],
-                  metric_names: list[str]) -> dict[str, np.ndarray] | None:
-        """One GPU's accepted rows of the block (repeated/backwards ones dropped)."""
+    def _gpu_rows(self, g: _Gpu, rows: np.ndarray,
+                  cols: dict[str, np.ndarray]) -> dict[str, np.ndarray] | None:
+        """One GPU's accepted rows of the block (repeated/backwards ones dropped): their
+        row numbers, times, weights, lost flags and XIDs."""
         ts = cols["ts"][rows]
         prev = np.fmax.accumulate(np.concatenate(([g.last_ts], ts)))
         keep = ~(ts <= prev[:-1])  # repeated or backwards for this GPU: dropped
@@ -283,11 +288,7 @@ class Detector:
         prev_ts = np.concatenate(([g.last_ts], ts[:-1]))
         d = np.where(np.isnan(prev_ts), 0.0, np.minimum(ts - prev_ts, self.config.max_gap))
         g.last_ts = float(ts[-1])
-        lost = cols["lost"][rows]
-        out = {"ts": ts, "d": d, "lost": lost}
-        for name in metric_names:
-            v = cols[name][rows]
-            out[name] = np.where(lost, np.nan, v) if lost.any() else v
+        out = {"ts": ts, "d": d, "lost": cols["lost"][rows], "rows": rows}
         out["xid"], out["xid_count"] = self._assign_xids(g.uuid, ts)
         return out
 
