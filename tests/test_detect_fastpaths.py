@@ -75,3 +75,11 @@ def test_unique_of_block_times_is_numpys(vals: list[float], ordered: bool) -> No
 
     a = np.array(sorted(vals) if ordered else vals, dtype=float)
     assert _unique(a).tolist() == np.unique(a).tolist()
+
+
+def test_membership_of_a_signal_the_block_lacks_is_false() -> None:
+    from tests.test_detect_lang import _block, ev
+
+    blk = _block({"power.draw": [1.0, 2.0, 3.0]})  # no XID in this block: xid all NaN
+    assert ev("xid in (48, 79)", blk) == [0.0, 0.0, 0.0]
+    assert ev("power.draw in (2, 3)", blk) == [0.0, 1.0, 1.0]

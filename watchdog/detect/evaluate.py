@@ -54,6 +54,8 @@ def _apply(node: Node, args: list[np.ndarray]) -> np.ndarray:
         (a,) = args
         return ~truth(a) if node.op == "not" else -numeric(a)
     if isinstance(node, In):
+        if np.isnan(args[0]).all():  # a signal the block lacks (no XID): nothing is in
+            return np.zeros(args[0].shape, bool)
         return np.isin(args[0], np.array(node.values))
     if isinstance(node, Binary):
         a, b = args

@@ -364,7 +364,14 @@ class Series:
         seg = lay.seg
         n = len(seg.ts)
         with np.errstate(invalid="ignore", divide="ignore"):
-            if kind == "mean":
+            if kind == "mean" and self._p.get("xd", 0) is None and not self.dv_is_d \
+                    and self._p.get("dv", 0) is None:
+                # flat running sums: every window sums to 0, only the first-ever sample
+                # can be in there (what the general formula below gives, without it)
+                g0 = seg.gi
+                out = (np.full(n, NAN) if np.isnan(self.first[:seg.n_slots]).all() else
+                       np.where(self.first_ts[g0] > seg.ts - width, self.first[g0], NAN))
+            elif kind == "mean":
                 sd = self._wsum(ws, lay, "dv", width)
                 out = self._wsum(ws, lay, "xd", width) / sd
                 zero = sd <= 0
