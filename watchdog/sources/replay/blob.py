@@ -8,7 +8,12 @@ messages about a bad row) and the other formats ask for :meth:`Blob.all`.
 
 from __future__ import annotations
 
+import contextlib
+import io
+import mmap
 import os
+from collections.abc import Iterator
+from typing import IO
 
 from watchdog.errors import InputError
 
@@ -63,3 +68,26 @@ class Blob:
                 return f.read(n)
         except OSError as e:
             raise InputError(f"{self.path}: cannot read: {e.strerror or e}") from None
+
+    @contextlib.contextmanager
+    def reader(self, end: int) -> Iterator[IO[bytes]]:
+        """A binary file object over the first ``end`` bytes, for ``pandas.read_csv``.
+
+        A read-only memory map of the file when it is not in memory yet (the parser then
+        copies its chunks straight from the page cache: no 100 MB ``read()`` first), else
+        (or when mapping fails: a pipe, a file that shrank) the bytes in memory.
+        """
+        if self._all is None and end == self.size and end > 0:
+            try:
+                with open(self.path, "rb") as f:
+                    m = mmap.mmap(f.fileno(), end, access=mmap.ACCESS_READ)
+            except (OSError, ValueError):
+                m = None
+            if m is not None:
+                try:
+                    yield m  # type: ignore[misc]
+                finally:
+                    m.close()
+                return
+        data = self.all()
+        yield io.BytesIO(data if end == len(data) else data[:end])

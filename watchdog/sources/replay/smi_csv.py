@@ -19,7 +19,6 @@ assume, and guessing would silently mislabel columns.
 
 from __future__ import annotations
 
-import io
 import re
 import warnings as _warnings
 from collections.abc import Callable
@@ -183,10 +182,8 @@ def read(path: str, blob: Blob, *, mapping: dict[str, str] | None, host: str,
             body_end = last_start
     lines = _Lines(lambda: blob.all()[:body_end], has_header)
     dtypes = _text_columns(head, pos, first_line) if has_header else None
-    # From memory, not from the path: with category columns, pandas reading a path is
-    # about twice as slow as reading the same bytes (measured with bench/parse_bench.py).
-    data = blob.all()
-    source = io.BytesIO(data if body_end == len(data) else data[:body_end])
+    # From memory (a memory map: Blob.reader), not from the path: with category columns,
+    # pandas reading a path is about twice as slow (measured with bench/parse_bench.py).
 
     def where(row: int) -> str:
         ln = lines.line(row)
@@ -199,9 +196,10 @@ def read(path: str, blob: Blob, *, mapping: dict[str, str] | None, host: str,
         with _warnings.catch_warnings():
             _warnings.simplefilter("ignore", pd.errors.DtypeWarning)
             _warnings.simplefilter("error", pd.errors.ParserWarning)
-            raw = pd.read_csv(source, header=0 if has_header else None,
-                              index_col=False, skip_blank_lines=True, encoding="utf-8",
-                              encoding_errors="replace", dtype=dtypes)
+            with blob.reader(body_end) as source:
+                raw = pd.read_csv(source, header=0 if has_header else None,
+                                  index_col=False, skip_blank_lines=True, encoding="utf-8",
+                                  encoding_errors="replace", dtype=dtypes)
     except pd.errors.ParserWarning:  # the first data row is longer than the header
         ln = lines.line(0)
         raise InputError(f"{path}:{ln if ln is not None else '?'}: more fields than the "
