@@ -603,7 +603,7 @@ def range_reduce(x: np.ndarray, s: np.ndarray, e: np.ndarray, fn: np.ufunc,
         levels = [x]
     k = np.floor(np.log2(length)).astype(np.int64)
     lo, hi = int(k.min()), int(k.max())
-    ks = np.array([lo]) if lo == hi else np.unique(k)
+    ks = np.array([lo]) if lo == hi else np.flatnonzero(np.bincount(k - lo)) + lo
     _extend(levels, fn, int(ks[-1]))
     if len(ks) == 1:  # the usual case: every window spans about the same sample count
         lv = levels[int(ks[0])]
