@@ -622,7 +622,9 @@ def _extend(levels: list[np.ndarray], fn: np.ufunc, k: int) -> None:
     for level in range(len(levels), k + 1):
         prev = levels[-1]
         half = 1 << (level - 1)
-        cur = np.full(len(x), NAN)
-        if len(x) > half:
-            cur[: len(x) - half] = fn(prev[: len(x) - half], prev[half:])
+        cur = np.empty(len(x))
+        cut = max(len(x) - half, 0)
+        if cut:
+            fn(prev[:cut], prev[half:], out=cur[:cut])
+        cur[cut:] = NAN
         levels.append(cur)
