@@ -388,3 +388,23 @@ def test_gpus_joining_a_firing_node_incident_are_listed() -> None:
     assert inc.fired_at - T0 < 120
     # evidence is that of the firing moment: the mean power of the GPUs hung then (0-2)
     assert inc.evidence["power"] == pytest.approx(110.0)
+
+
+def test_a_gpu_joins_a_firing_node_incident_only_after_holding_for_its_for() -> None:
+    """GPUs 0-1 hang from 60 s (fires at ~85 s, for: 15s); GPU 2 looks hung for 8 s only
+    (shorter than the for:) and must not be listed; GPU 3 from 120 s on and is listed.
+    The same holds fed tick by tick, where every block is one tick (the run start of a
+    GPU's condition is carried across blocks)."""
+    def power(g: int, t: int) -> float:
+        if g in (0, 1):
+            return 110.0 if t >= 60 else 600.0
+        if g == 2:
+            return 110.0 if 130 <= t < 138 else 600.0
+        return 110.0 if t >= 150 else 600.0
+
+    frame = steady(4, 240, power__draw=power)
+    for det in (Detector(RULES, "h", devices(4)), by_ticks(frame, [])):
+        if not det.incidents:
+            det.feed_frame(frame)
+        (inc,) = det.finish()
+        assert inc.rule == "hang_node" and inc.gpus == ["0", "1", "3"]

@@ -71,6 +71,9 @@ class Detector:
         self._machines = {r.name: Machine(r.for_s, r.keep_firing_for, r.learned)
                           for r in self.rules}
         self._order = {r.name: i for i, r in enumerate(self.rules)}
+        # node rules: since when each GPU's own condition has held (to join a firing node
+        # incident a GPU must hold it for the incident's `for:` too), carried across blocks
+        self._held_since: dict[str, dict[str, float]] = {r.name: {} for r in self.rules}
         self._incidents: list[Incident] = []
         self._transitions: list[tuple[float, str, Incident]] = []
         self._held: dict[str, np.ndarray] | None = None
@@ -414,12 +417,41 @@ class Detector:
 
         out = machine.run([(NODE, ticks, cond, clr)], on_fire,
                           lambda _k, t, st: self._resolve(t, st))
-        for inc in firing:  # GPUs that join while it fires are listed too (one event)
+        held_for = self._held_durations(rule.name, ticks, condm, uuids)
+        for inc in firing:  # GPUs that join while it fires are listed too (one event) once
+            # their own condition has held as long as the incident's `for:` (a rank 0 that
+            # dips for one checkpoint does not join a straggler incident)
             end = math.inf if inc.resolved_at is None else inc.resolved_at
             during = (ticks >= (inc.fired_at or 0.0)) & (ticks < end)
-            joined = members(condm[during].any(axis=0), uuids)
+            need = float(inc.evidence.get("for_s") or 0.0)
+            joined = members((condm & (held_for >= need))[during].any(axis=0), uuids)
             add_members(inc, [(self._gpus[u].index, u) for u in joined])
         return (out[NODE], ticks, condm, uuids)
+
+    def _held_durations(self, name: str, ticks: np.ndarray, condm: np.ndarray,
+                        uuids: list[str]) -> np.ndarray:
+        """Seconds each GPU's condition has held at each tick (0 where it does not hold).
+
+        ``condm`` is ticks x GPUs; the start of a run still holding at the end of the block
+        is carried to the next block, so any split of the input gives the same numbers.
+        """
+        since = self._held_since[name]
+        n = len(ticks)
+        out = np.zeros(condm.shape, dtype=np.float64)
+        if n == 0:
+            return out
+        idx = np.arange(n)
+        for j, u in enumerate(uuids):
+            c = condm[:, j]
+            last_false = np.maximum.accumulate(np.where(c, -1, idx))
+            first = ticks[np.minimum(last_false + 1, n - 1)]
+            start = np.where(last_false >= 0, first, since.get(u, ticks[0]))
+            out[:, j] = np.where(c, ticks - start, 0.0)
+            if c[-1]:
+                since[u] = float(start[-1])
+            else:
+                since.pop(u, None)
+        return out
 
 
 def _factorize(uuid: np.ndarray, ts: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
