@@ -417,7 +417,7 @@ class Detector:
 
         out = machine.run([(NODE, ticks, cond, clr)], on_fire,
                           lambda _k, t, st: self._resolve(t, st))
-        held_for = self._held_durations(rule.name, ticks, condm, uuids)
+        held_for = self._held_durations(rule.name, ticks, condm, uuids, full=bool(firing))
         for inc in firing:  # GPUs that join while it fires are listed too (one event) once
             # their own condition has held as long as the incident's `for:` (a rank 0 that
             # dips for one checkpoint does not join a straggler incident)
@@ -429,26 +429,35 @@ class Detector:
         return (out[NODE], ticks, condm, uuids)
 
     def _held_durations(self, name: str, ticks: np.ndarray, condm: np.ndarray,
-                        uuids: list[str]) -> np.ndarray:
+                        uuids: list[str], full: bool = True) -> np.ndarray:
         """Seconds each GPU's condition has held at each tick (0 where it does not hold).
 
         ``condm`` is ticks x GPUs; the start of a run still holding at the end of the block
         is carried to the next block, so any split of the input gives the same numbers.
+        Without ``full`` (no incident fires in the block) only that carry is updated (from
+        the last tick's row, no ticks x GPUs arithmetic) and an empty matrix returned.
         """
         since = self._held_since[name]
-        n = len(ticks)
-        out = np.zeros(condm.shape, dtype=np.float64)
-        if n == 0:
-            return out
-        idx = np.arange(n)
-        for j, u in enumerate(uuids):
-            c = condm[:, j]
-            last_false = np.maximum.accumulate(np.where(c, -1, idx))
+        n, k = len(ticks), len(uuids)
+        if n == 0 or k == 0:
+            return np.zeros(condm.shape, dtype=np.float64)
+        before = np.array([since.get(u, ticks[0]) for u in uuids], dtype=np.float64)
+        if full:
+            idx = np.arange(n)[:, None]
+            last_false = np.maximum.accumulate(np.where(condm, -1, idx), axis=0)
             first = ticks[np.minimum(last_false + 1, n - 1)]
-            start = np.where(last_false >= 0, first, since.get(u, ticks[0]))
-            out[:, j] = np.where(c, ticks - start, 0.0)
-            if c[-1]:
-                since[u] = float(start[-1])
+            start = np.where(last_false >= 0, first, before[None, :])
+            out = np.where(condm, ticks[:, None] - start, 0.0)
+            end_start = start[-1]
+        else:
+            out = np.zeros((0, k), dtype=np.float64)
+            off = ~condm
+            any_off = off.any(axis=0)
+            last_off = np.where(any_off, n - 1 - np.argmax(off[::-1], axis=0), -1)
+            end_start = np.where(last_off >= 0, ticks[np.minimum(last_off + 1, n - 1)], before)
+        for j, u in enumerate(uuids):
+            if condm[-1, j]:
+                since[u] = float(end_start[j])
             else:
                 since.pop(u, None)
         return out
