@@ -159,3 +159,33 @@ def test_several_gpus_in_one_block_match_the_reference(data, kind, width, n_bloc
         want = np.array(reference(kind, width, ts, x))
         np.testing.assert_allclose(np.concatenate(got[g]), want, rtol=1e-9, atol=1e-9,
                                    equal_nan=True)
+
+
+def test_min_max_of_levels_that_hold_still_match_the_reference() -> None:
+    """Flags that do not change and flat memory levels (the per-slot constant fast path):
+    a slot flat in one block and changing in the next, one slot without new samples, a
+    level that turns NaN, all against the reference."""
+    levels = [[7.0, 7.0, 3.0], [0.0, 1.0, 1.0], [5.0, np.nan, 5.0]]  # per GPU, per block
+    per_block = 50
+    for kind in ("min", "max"):
+        w = Window(kind, 30.0)
+        got: list[list[tuple[np.ndarray, np.ndarray, np.ndarray]]] = [[] for _ in levels]
+        for b in range(3):
+            parts = []
+            for g, lv in enumerate(levels):
+                n = 0 if (g == 1 and b == 1) else per_block  # GPU 1 silent in block 1
+                ts = 1_700_000_000.0 + b * per_block + np.arange(n, dtype=float)
+                parts.append((ts, np.full(n, lv[b])))
+            seg = Segments(np.concatenate([p[0] for p in parts]),
+                           np.concatenate([np.r_[0.0, np.ones(max(len(p[0]) - 1, 0))][
+                               :len(p[0])] if b == 0 else np.ones(len(p[0])) for p in parts]),
+                           np.array([len(p[0]) for p in parts]))
+            out = w.update_block(seg, np.concatenate([p[1] for p in parts]))
+            for g in range(len(levels)):
+                got[g].append((parts[g][0], parts[g][1], out[seg.offsets[g]:seg.offsets[g + 1]]))
+        for g in range(len(levels)):
+            ts = np.concatenate([t for t, _, _ in got[g]])
+            x = np.concatenate([v for _, v, _ in got[g]])
+            want = np.array(reference(kind, 30.0, ts, x))
+            have = np.concatenate([o for _, _, o in got[g]])
+            assert np.array_equal(have, want, equal_nan=True), (kind, g)

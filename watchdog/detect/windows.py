@@ -407,6 +407,9 @@ class Series:
             idx[0::2], idx[1::2] = s, e + 1
             padded = np.append(x_all, NAN)
             return fn.reduceat(padded, idx)[0::2]
+        const = self._slot_constants(lay)
+        if const is not None:  # every window of a slot reduces copies of one value
+            return const[lay.seg.gi]
         levels = self._levels.setdefault(fn.__name__, [x_all])
         runs = lay.runs(width)
         if runs is None:
@@ -419,6 +422,23 @@ class Series:
             fn(lv[e0 - lag:e0 - lag + n], lv[e0 - (1 << k) + 1:e0 - (1 << k) + 1 + n],
                out=out[o0:o0 + n])
         return out
+
+    def _slot_constants(self, lay: Layout) -> np.ndarray | None:
+        """Per slot its one value when every tail and new value of the slot is that same
+        number (no NaN): a flag that does not change in the block, a flat memory level.
+        Its min and max over any window are then that value, with no sparse table. None
+        otherwise (checked once per block, for every width and both reductions)."""
+        if "__const__" in self._levels:
+            got = self._levels["__const__"]
+            return got[0] if got else None
+        x_all = self._x_all
+        assert x_all is not None
+        sizes = lay.a[1:] - lay.a[:-1]
+        firsts = x_all[np.minimum(lay.a[:-1], max(len(x_all) - 1, 0))] if len(x_all) \
+            else np.empty(0)
+        same = bool(np.array_equal(x_all, np.repeat(firsts, sizes)))  # NaN: not the same
+        self._levels["__const__"] = [firsts] if same else []
+        return firsts if same else None
 
     def _last_slope(self, lay: Layout, width: float, kind: str) -> np.ndarray:
         x_all = self._x_all
