@@ -139,7 +139,7 @@ def detect(recording: Any, rules: Any, *, host: str | None = None,
         k2 = k
         while k2 < len(xids) and xids[k2].ts < t_next:
             k2 += 1
-        det.feed_frame(frame.iloc[i:j], xids[k:k2])
+        det.feed_frame(frame.iloc[i:j], xids[k:k2], complete=True)  # cut at a tick
         det.drain()  # transitions are for live notification; replay reports incidents
         if progress is not None:
             progress.update(j - i)

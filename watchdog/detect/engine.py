@@ -82,10 +82,14 @@ class Detector:
         self.dropped_samples = 0
 
     # --- public API -------------------------------------------------------------------
-    def feed_frame(self, frame: Any, xids: Iterable[XidEvent] = ()) -> None:
+    def feed_frame(self, frame: Any, xids: Iterable[XidEvent] = (), *,
+                   complete: bool = False) -> None:
         """A block of ticks (the replay frame contract; see the module docs of replay).
 
-        The rows of the frame's last timestamp are held back until later input arrives.
+        The rows of the frame's last timestamp are held back until later input arrives,
+        unless the caller says the frame is ``complete``: it ends on a tick boundary (any
+        later frame starts at a later time), as replay cuts its blocks. The incidents are
+        the same either way; holding costs a copy of the whole next block.
         """
         cols: dict[str, np.ndarray] = {
             "ts": frame["ts"].to_numpy(dtype=np.float64),
@@ -98,7 +102,7 @@ class Detector:
             if c in catalogue.BY_NAME:
                 cols[c] = frame[c].to_numpy(dtype=np.float64)
         self._xids.extend(xids)
-        self._feed(cols, hold=True)
+        self._feed(cols, hold=not complete)
 
     def feed_tick(self, ts: float, samples: Sequence[Sample]) -> None:
         """One live reading of every GPU at time ``ts`` (s); XIDs ride on the samples."""
