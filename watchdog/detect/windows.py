@@ -309,7 +309,7 @@ class Series:
                 self.first_ts[fresh] = seg.ts[seg.offsets[fresh]]
                 self.has_first[fresh] = True
             all_valid = bool(valid.all())
-            terms["xd"] = lambda: np.where(valid, x * seg.d, 0.0)
+            terms["xd"] = lambda: x * seg.d if all_valid else np.where(valid, x * seg.d, 0.0)
             if self.dv_is_d and not all_valid:  # weights part from plain d from now on
                 self.dv_is_d = False
                 self.prefix["dv"] = ws.d_before
