@@ -182,7 +182,10 @@ class Evaluator:
             # every GPU has a sample at every tick: a reshape (slot order) is the matrix
             for uuid, slot in gpus:
                 self._asof[(key, uuid)] = (float(ticks[-1]), float(vals_all[(slot + 1) * n_t - 1]))
-            return vals_all.reshape(len(b.counts), n_t).T[:, slots]
+            mat = vals_all.reshape(len(b.counts), n_t).T
+            if slots == list(range(len(slots))):  # columns already in slot order: a view
+                return mat
+            return mat[:, slots]
         out = np.full((n_t, len(gpus)), NAN)
         for j, (uuid, slot) in enumerate(gpus):
             last_ts, last_v = self._asof.get((key, uuid), (NAN, NAN))
