@@ -408,3 +408,32 @@ def test_a_gpu_joins_a_firing_node_incident_only_after_holding_for_its_for() -> 
             det.feed_frame(frame)
         (inc,) = det.finish()
         assert inc.rule == "hang_node" and inc.gpus == ["0", "1", "3"]
+
+
+def test_a_clear_test_that_learns_sees_every_block() -> None:
+    """A gpu rule's clear test is left out of blocks that cannot use it, unless it names a
+    learned signal: the busy level it compares with is learned from the early blocks
+    too, so the incident resolves at the same time whatever the block size."""
+    rules = RuleSet(parse_rules_text("""
+rules:
+  - name: idle_low
+    kind: stall
+    severity: warning
+    condition: utilization.gpu < 1 and power.draw < 200
+    for: 0s
+    clear: power.draw > 0.5 * power_busy_w
+"""))
+    # busy (100 %, 400 W) until 60 s, half busy until 100 s, idle and low until 130 s
+    # (fires), idle at 300 W from 130 s (clears: above half the learned busy level)
+    frame = steady(1, 170,
+                   utilization__gpu=lambda g, t: 100.0 if t < 60 else (50.0 if t < 100 else 0.0),
+                   power__draw=lambda g, t: 400.0 if t < 100 else (100.0 if t < 130 else 300.0))
+    got = []
+    for rows in (150, 20):
+        det = Detector(rules, "h", devices(1))
+        for a in range(0, len(frame), rows):
+            det.feed_frame(frame.iloc[a:a + rows])
+        (inc,) = det.finish()
+        got.append((inc.started_at - T0, inc.resolved_at))
+    # busy is 400 W (learned while busy); without it the limit (700 W) never clears at 300 W
+    assert got[0] == got[1] and got[0][0] == 100.0 and got[0][1] == T0 + 130.0

@@ -18,9 +18,10 @@ import numpy as np
 from watchdog import catalogue
 from watchdog.detect.evaluate import Evaluator, numeric, truth
 from watchdog.detect.grouping import add_members, make_incident, members, node_value
+from watchdog.detect.lang import Name, children
 from watchdog.detect.loader import Rule, RuleSet
 from watchdog.detect.presence import vanish_times
-from watchdog.detect.signals import Block, Learned, learn_windows
+from watchdog.detect.signals import LEARNING_SIGNALS, Block, Learned, learn_windows
 from watchdog.detect.state import EntityState, Machine
 from watchdog.incident import Incident
 from watchdog.model import DeviceInfo, Sample, XidEvent
@@ -71,6 +72,9 @@ class Detector:
         self._machines = {r.name: Machine(r.for_s, r.keep_firing_for, r.learned)
                           for r in self.rules}
         self._order = {r.name: i for i, r in enumerate(self.rules)}
+        # gpu rules whose clear test may be left out of a block that cannot use it
+        self._lazy_clear = {r.name for r in self.rules if r.scope == "gpu"
+                            and r.clear is not None and not _learns(r.clear)}
         # node rules: since when each GPU's own condition has held (to join a firing node
         # incident a GPU must hold it for the incident's `for:` too), carried across blocks
         self._held_since: dict[str, dict[str, float]] = {r.name: {} for r in self.rules}
@@ -361,7 +365,13 @@ class Detector:
                       active: dict[str, Any]) -> dict[str, list[tuple[float, float]]]:
         ev = self._ev
         cond_all = truth(ev.sample(rule.condition, b))
-        clr_all = truth(ev.sample(rule.clear, b)) if rule.clear is not None else None
+        # the clear test is read only while an incident fires: with none firing as the
+        # block starts and the condition false throughout, none fires in it either
+        machine = self._machines[rule.name]
+        need_clear = rule.clear is not None and (
+            rule.name not in self._lazy_clear or bool(cond_all.any())
+            or any(st.phase == "firing" for st in machine.states.values()))
+        clr_all = truth(ev.sample(rule.clear, b)) if need_clear else None
         evid: dict[str, np.ndarray] = {}  # computed when an incident fires in this block
         inputs = []
         for uuid, g in self._gpus.items():
@@ -384,8 +394,7 @@ class Detector:
             return self._fired(make_incident(rule, self.host, [(g.index, uuid)], st.since,
                                              float(b.ts[at]), vals, self._extra(rule, st)))
 
-        return self._machines[rule.name].run(inputs, on_fire,
-                                             lambda _k, t, st: self._resolve(t, st))
+        return machine.run(inputs, on_fire, lambda _k, t, st: self._resolve(t, st))
 
     def _run_node_rule(self, rule: Rule, ticks: np.ndarray, gpus: list[tuple[str, int]],
                        b: Block, active: dict[str, Any]) -> tuple:
@@ -465,6 +474,13 @@ class Detector:
             else:
                 since.pop(u, None)
         return out
+
+
+def _learns(node: Any) -> bool:
+    """Whether the expression names a signal that advances learned state."""
+    if isinstance(node, Name) and node.name in LEARNING_SIGNALS:
+        return True
+    return any(_learns(c) for c in children(node))
 
 
 def _factorize(uuid: np.ndarray, ts: np.ndarray) -> tuple[np.ndarray, np.ndarray]:

@@ -26,6 +26,9 @@ SIGNALS: tuple[str, ...] = (
     "sm_activity", "tensor_activity", *FLAG_SIGNALS, "throttle_bad", "lost", "xid",
     "xid_count",
 )
+# signals whose computation advances learned per-GPU state (running idle/busy power,
+# running max SM clock): an expression naming one must be evaluated in every block
+LEARNING_SIGNALS = frozenset({"power_idle_w", "power_busy_w", "power_rel", "sm_clock_pct"})
 LEARN_WINDOW_S = 30.0  # smoothing of power/util before learning idle and busy levels
 IDLE_UTIL_PCT = 5.0
 BUSY_UTIL_PCT = 90.0
