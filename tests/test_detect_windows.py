@@ -189,3 +189,19 @@ def test_min_max_of_levels_that_hold_still_match_the_reference() -> None:
             want = np.array(reference(kind, 30.0, ts, x))
             have = np.concatenate([o for _, _, o in got[g]])
             assert np.array_equal(have, want, equal_nan=True), (kind, g)
+
+
+def test_frac_of_a_flag_that_never_holds_then_holds_matches_the_reference() -> None:
+    """Blocks where the flag never holds (0 or missing, the quiet fast path: 0 %), then
+    holds, then stops: every block split gives the reference."""
+    ts = 1_700_000_000.0 + np.arange(80, dtype=float)
+    x = np.where(np.arange(80) % 7 == 3, np.nan, 0.0)
+    x[40:48] = 1.0
+    d = weights(ts)
+    for width in (5.0, 30.0):
+        want = np.array(reference("frac", width, ts, x))
+        for rows in (80, 10, 3):
+            w = Window("frac", width)
+            got = np.concatenate([w.update("g", ts[a:a + rows], d[a:a + rows], x[a:a + rows])
+                                  for a in range(0, 80, rows)])
+            np.testing.assert_allclose(got, want, rtol=1e-12, atol=1e-12, equal_nan=True)

@@ -379,6 +379,10 @@ class Series:
                     g0 = seg.gi[zero]
                     inside = self.first_ts[g0] > seg.ts[zero] - width
                     out[zero] = np.where(inside, self.first[g0], NAN)
+            elif kind == "frac" and self._p.get("cd", 0) is None and not self._c.any():
+                # nothing held in this block nor in the carried tail: 0 % (what the
+                # formula below gives: 0 / sd where sd > 0, 100 * 0 elsewhere)
+                out = np.zeros(n)
             elif kind == "frac":
                 sd = self._wsum(ws, lay, "d", width)
                 cd = self._wsum(ws, lay, "cd", width)
