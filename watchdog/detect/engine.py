@@ -75,6 +75,12 @@ class Detector:
         # gpu rules whose clear test may be left out of a block that cannot use it
         self._lazy_clear = {r.name for r in self.rules if r.scope == "gpu"
                             and r.clear is not None and not _learns(r.clear)}
+        # learned levels advance in every block, whether or not a rule's expression
+        # reached them (an and/or may skip its right side for a whole block)
+        self._learning = sorted({n for r in self.rules for node in
+                                 (r.condition, r.clear, *r.evidence.values())
+                                 if node is not None for n in _names(node)
+                                 if n in LEARNING_SIGNALS})
         # node rules: since when each GPU's own condition has held (to join a firing node
         # incident a GPU must hold it for the incident's `for:` too), carried across blocks
         self._held_since: dict[str, dict[str, float]] = {r.name: {} for r in self.rules}
@@ -242,6 +248,8 @@ class Detector:
                 active[rule.name] = self._run_gpu_rule(rule, block, active)
             else:
                 active[rule.name] = self._run_node_rule(rule, ticks, gpus, block, active)
+        for name in self._learning:
+            block.value(name)
         self._ev.end_block(block)
 
     def _block(self, per_slot: dict[int, dict[str, np.ndarray]], metric_names: list[str],
@@ -399,7 +407,7 @@ class Detector:
     def _run_node_rule(self, rule: Rule, ticks: np.ndarray, gpus: list[tuple[str, int]],
                        b: Block, active: dict[str, Any]) -> tuple:
         ev = self._ev
-        cache: dict[str, np.ndarray] = {}
+        cache = b.grid_cache  # shared by the node rules of the block (same ticks, GPUs)
         condm = truth(ev.grid(rule.condition, ticks, gpus, b, cache))
         if rule.inhibited_by:
             condm = condm.copy()  # the grid cache may hold this very array
@@ -481,6 +489,14 @@ def _learns(node: Any) -> bool:
     if isinstance(node, Name) and node.name in LEARNING_SIGNALS:
         return True
     return any(_learns(c) for c in children(node))
+
+
+def _names(node: Any) -> set[str]:
+    """Every metric or signal name in an expression."""
+    out = {node.name} if isinstance(node, Name) else set()
+    for c in children(node):
+        out |= _names(c)
+    return out
 
 
 def _factorize(uuid: np.ndarray, ts: np.ndarray) -> tuple[np.ndarray, np.ndarray]:

@@ -101,6 +101,7 @@ class Evaluator:
         self.window_set = WindowSet()
         self._asof: dict[tuple[str, str], tuple[float, float]] = {}
         self._per_gpu: dict[str, bool] = {}
+        self._skip_ok: dict[str, bool] = {}
 
     # --- sample space -------------------------------------------------------------------
     def declare(self, node: Node) -> None:
@@ -135,9 +136,30 @@ class Evaluator:
                 if win is None:
                     win = self.windows[node.key] = Window(node.fn, node.window)
                 got = win.update_block(b, numeric(self.sample(a0, b)))
+        elif isinstance(node, Binary) and node.op in ("and", "or") \
+                and self._skippable(node.right):
+            # short-circuit over the whole block: skip the right side when it cannot
+            # change any result (a hang test on a block with no low-power sample)
+            left = truth(self.sample(node.left, b))
+            if node.op == "and":
+                got = (left & truth(self.sample(node.right, b)) if left.any()
+                       else np.zeros(len(left), bool))
+            else:
+                got = (left | truth(self.sample(node.right, b)) if not left.all()
+                       else np.ones(len(left), bool))
         else:
             got = _apply(node, [self.sample(c, b) for c in _kids(node)])
         b.cache[key] = got
+        return got
+
+    def _skippable(self, node: Node) -> bool:
+        """Whether leaving ``node`` out of a block loses no state: every window in it is
+        declared (the window set carries an unused window), none is a private one."""
+        got = self._skip_ok.get(node.key)
+        if got is None:
+            got = all(self.window_set.has(n.args[0].key, n.fn, n.window)
+                      for n in _walk(node) if isinstance(n, Call) and n.window is not None)
+            self._skip_ok[node.key] = got
         return got
 
     # --- grid space ---------------------------------------------------------------------
@@ -219,6 +241,14 @@ class Evaluator:
             got = b.asof[slot] = (have, idx_c, ts[idx_c])
         have, idx_c, st = got
         return have, idx_c, np.where(have, st, last_ts)
+
+
+def _walk(node: Node) -> list[Node]:
+    """``node`` and every node below it."""
+    out = [node]
+    for c in _kids(node):
+        out.extend(_walk(c))
+    return out
 
 
 def _kids(node: Node) -> list[Node]:

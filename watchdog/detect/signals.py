@@ -85,6 +85,7 @@ class Block(Segments):
         learned.grow(self.n_slots)
         self.cache: dict[str, np.ndarray] = {}
         self.asof: dict[int, tuple] = {}  # node-grid mapping per slot (see evaluate)
+        self.grid_cache: dict[str, np.ndarray] = {}  # node-grid values (see evaluate)
         self.evaluator: Any = None  # the Evaluator of this block, for the learning windows
         self._bits_cache: tuple[np.ndarray, np.ndarray] | None = None
 
