@@ -24,6 +24,7 @@ was found; 2 for bad input (a file, a rule, an option).
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import sys
 from dataclasses import dataclass, field
@@ -72,24 +73,36 @@ def register(subparsers: Any) -> None:
 
 @dataclass
 class Replayed:
-    """One replayed input: where it came from, its frame, and the incidents found."""
+    """One replayed input: where it came from, its frame, and the incidents found.
+
+    ``frames``: the recording's frame, or the frames of the parts of a log read in parts
+    (joined only when the whole is needed: ``--plot``); every GPU is in the first one.
+    """
 
     path: str
     host: str
-    frame: Any
+    frames: list[Any]
     incidents: list[Incident] = field(default_factory=list)
+
+    @functools.cached_property
+    def frame(self) -> Any:
+        """The whole frame."""
+        if len(self.frames) == 1:
+            return self.frames[0]
+        import pandas as pd
+
+        return pd.concat(self.frames, ignore_index=True)
 
     def source_json(self) -> dict[str, Any]:
         """The ``sources`` entry of the JSON document."""
-        f = self.frame
-        empty = len(f) == 0
+        full = [f for f in self.frames if len(f)]
         return {
             "path": self.path,
             "host": self.host,
-            "gpus": 0 if empty else gpu_count(f),
-            "samples": len(f),
-            "start": None if empty else iso(float(f["ts"].iloc[0])),
-            "end": None if empty else iso(float(f["ts"].iloc[-1])),
+            "gpus": gpu_count(full[0]) if full else 0,
+            "samples": sum(len(f) for f in full),
+            "start": iso(float(full[0]["ts"].iloc[0])) if full else None,
+            "end": iso(float(full[-1]["ts"].iloc[-1])) if full else None,
         }
 
 
@@ -118,17 +131,28 @@ def detect(recording: Any, rules: Any, *, host: str | None = None,
     block's first timestamp, so no tick and no event is split or lost. Returns every
     incident (active ones have ``resolved_at`` None).
     """
-    import numpy as np
-
     from watchdog.detect import Detector
 
-    frame = recording.frame
-    xids = sorted(getattr(recording, "xids", ()) or (), key=lambda x: x.ts)
-    det = Detector(rules, host=host or recording.host, devices=list(recording.devices()))
-    ts = frame["ts"].to_numpy()
-    n, i, k = len(frame), 0, 0
     if block_rows < 1:
         raise ValueError("block_rows must be positive")
+    xids = sorted(getattr(recording, "xids", ()) or (), key=lambda x: x.ts)
+    det = Detector(rules, host=host or recording.host, devices=list(recording.devices()))
+    feed_blocks(det, recording.frame, xids, block_rows=block_rows, progress=progress)
+    return list(det.finish())
+
+
+def feed_blocks(det: Any, frame: Any, xids: list[Any], *, block_rows: int,
+                progress: Any = None, ends_tick: bool = True) -> None:
+    """Feed ``frame`` to ``det`` in blocks of about ``block_rows`` rows cut at ticks.
+
+    ``ends_tick``: no later row has the frame's last time. Otherwise that tick may go on
+    in the next frame (a log read in parts), and the detector holds its rows until then.
+    XID events after the last row are fed only when it ends on a tick.
+    """
+    import numpy as np
+
+    ts = frame["ts"].to_numpy()
+    n, i, k = len(frame), 0, 0
     while i < n:
         j = min(n, i + block_rows)
         if j < n:  # end the block on a tick boundary
@@ -139,13 +163,35 @@ def detect(recording: Any, rules: Any, *, host: str | None = None,
         k2 = k
         while k2 < len(xids) and xids[k2].ts < t_next:
             k2 += 1
-        det.feed_frame(frame.iloc[i:j], xids[k:k2], complete=True)  # cut at a tick
+        det.feed_frame(frame.iloc[i:j], xids[k:k2], complete=j < n or ends_tick)
         det.drain()  # transitions are for live notification; replay reports incidents
         if progress is not None:
             progress.update(j - i)
         i, k = j, k2
-    if k < len(xids):  # events after the last sample (or a recording with no samples)
+    if ends_tick and k < len(xids):  # events after the last sample (or no samples at all)
         det.feed_frame(frame.iloc[n:n], xids[k:])
+
+
+def detect_parts(parts: Any, rules: Any, *, host: str | None = None,
+                 block_rows: int = BLOCK_ROWS, progress: Any = None) -> list[Incident]:
+    """:func:`detect` over a log read in parts (:mod:`watchdog.sources.replay.parts`):
+    the detector works on each part while the next one is parsed. Returns the incidents
+    (``parts.read`` holds the parts); raises ``NotInParts`` when the log must be read
+    whole (then nothing is reported: the caller starts again)."""
+    from watchdog.detect import Detector
+
+    det = None
+    rows = 0
+    for part in parts:
+        if det is None:
+            det = Detector(rules, host=host or part.host, devices=list(part.devices()))
+        rows += len(part.frame)
+        if progress is not None and parts.done_bytes:  # rows so far, scaled to the file
+            progress.set_total(int(rows * parts.size / parts.done_bytes))
+        feed_blocks(det, part.frame, [], block_rows=block_rows, progress=progress,
+                    ends_tick=parts.aligned)
+    if det is None:  # pragma: no cover - a Parts has at least one range
+        raise ValueError("a log in parts without parts")
     return list(det.finish())
 
 
@@ -231,15 +277,48 @@ def replay(args: argparse.Namespace) -> tuple[list[Replayed], Any]:
     show = should_show(args.json)
     out: list[Replayed] = []
     for path in args.paths:
+        got = in_parts(path, args, mapping, rules, show)
+        if got is not None:  # a large log, parsed on a worker while the detector runs
+            out.append(got)
+            continue
         rec = open_input(path, args, mapping)
-        for line in getattr(rec, "warnings", ()) or ():  # data the reader dropped/repaired
-            print(f"watchdog: warning: {line}", file=sys.stderr)
+        warn(getattr(rec, "warnings", ()))
         host = args.host or rec.host
         with Progress(len(rec.frame), Path(path).name, show) as bar:
             incidents = detect(rec, rules, host=host, block_rows=args.block_rows,
                                progress=bar)
-        out.append(Replayed(path, host, rec.frame, incidents))
+        out.append(Replayed(path, host, [rec.frame], incidents))
     return out, rules
+
+
+def warn(lines: Any) -> None:
+    """Print the reader's warnings (data it dropped or repaired) on stderr."""
+    for line in lines or ():
+        print(f"watchdog: warning: {line}", file=sys.stderr)
+
+
+def in_parts(path: str, args: argparse.Namespace, mapping: dict[str, str], rules: Any,
+             show: bool) -> Replayed | None:
+    """Replay a large nvidia-smi log read in parts (see :func:`detect_parts`); None when
+    it is not one, or cannot be read that way (then it is read whole, as any input)."""
+    if path == "sim" or path.startswith("sim:") or mapping:
+        return None
+    from watchdog.report.progress import Progress
+    from watchdog.sources.replay import open_parts
+    from watchdog.sources.replay.parts import NotInParts
+
+    parts = open_parts(path, host=args.host)
+    if parts is None:
+        return None
+    with parts, Progress(0, Path(path).name, show) as bar:
+        try:
+            incidents = detect_parts(parts, rules, host=args.host,
+                                     block_rows=args.block_rows, progress=bar)
+        except NotInParts:
+            return None
+        read = parts.read
+        warn(parts.warnings())
+        return Replayed(path, args.host or read[0].host, [p.frame for p in read], incidents)
 
 
 def rule_count(rules: Any) -> int:

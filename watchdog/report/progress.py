@@ -35,6 +35,12 @@ class Progress:
             self._bar = tqdm(total=total, desc=desc, unit="row", unit_scale=True,
                              leave=False, file=sys.stderr if stream is None else stream)
 
+    def set_total(self, total: int) -> None:
+        """A better estimate of the total (a log read in parts learns its row count)."""
+        if self._bar is not None:
+            self._bar.total = total
+            self._bar.refresh()
+
     def update(self, rows: int) -> None:
         if self._bar is not None:
             self._bar.update(rows)

@@ -26,11 +26,15 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from watchdog.errors import InputError
 from watchdog.sources.replay.frame import Recording
 
-__all__ = ["Recording", "open_log"]
+if TYPE_CHECKING:
+    from watchdog.sources.replay.parts import Parts
+
+__all__ = ["Recording", "open_log", "open_parts"]
 
 def open_log(path: str | os.PathLike[str], *, mapping: dict[str, str] | None = None,
              host: str | None = None, tz: str | None = None,
@@ -77,3 +81,24 @@ def _check_tz(tz: str) -> None:
         zoneinfo.ZoneInfo(tz)
     except (zoneinfo.ZoneInfoNotFoundError, ValueError):
         raise InputError(f"--tz {tz}: unknown time zone (use e.g. UTC, Europe/Berlin)") from None
+
+
+def open_parts(path: str | os.PathLike[str], *, host: str | None = None,
+               tz: str | None = None) -> Parts | None:
+    """A large ``nvidia-smi`` CSV log to be read in parts on a worker thread
+    (:class:`~watchdog.sources.replay.parts.Parts`), or None: read it with :func:`open_log`
+    (a small file, another format, a log that cannot be cut into parts)."""
+    p = os.fspath(path)
+    from watchdog.sources.replay.blob import Blob
+    from watchdog.sources.replay.parts import MIN_BYTES, NotInParts, Parts
+    from watchdog.sources.replay.sniff import sniff
+
+    blob = Blob(p)
+    if blob.size < MIN_BYTES or sniff(p, blob.head) != "csv":
+        return None
+    if tz is not None:
+        _check_tz(tz)
+    try:
+        return Parts(p, blob, host=host or Path(p).stem, tz=tz)
+    except NotInParts:
+        return None

@@ -109,6 +109,10 @@ class Recording:
         return float(ts.iloc[0]), float(ts.iloc[-1])
 
 
+class OutOfOrder(Exception):
+    """A part of a log that cannot be used as it is (see :mod:`.parts`)."""
+
+
 def standin_uuid(host: str, index: int) -> str:
     """The stable stand-in identity of a GPU whose log has no UUID column."""
     return f"{host}/gpu{index}"
@@ -119,19 +123,23 @@ def build(*, path: str, host: str, fmt: str, ts: np.ndarray, uuid: np.ndarray,
           inventory: dict[str, dict[str, object]] | None = None,
           row_errors: dict[int, list[str]] | None = None,
           warnings: list[str] | None = None,
-          first_rows: np.ndarray | None = None) -> Recording:
+          first_rows: np.ndarray | None = None, in_order: bool = False) -> Recording:
     """Assemble a :class:`Recording` from unsorted numpy columns (one entry per row).
 
     ``inventory`` maps uuid -> DeviceInfo fields seen in the log (name, pci_bus_id...).
     ``row_errors`` maps an input row number to its read-error texts. ``first_rows`` (input
     rows, in row order) where each distinct uuid first appears, when the reader knows them
-    cheaply (it saves hashing every row's uuid).
+    cheaply (it saves hashing every row's uuid). With ``in_order`` rows that need sorting
+    raise :class:`OutOfOrder` instead (a part of a log read in parts: only the whole log
+    can be sorted).
     """
     n = len(ts)
     ts = np.asarray(ts, dtype=np.float64)
     index = np.asarray(index, dtype=np.int64)
     dts = np.diff(ts)
     is_sorted = bool(np.all((dts > 0) | ((dts == 0) & (np.diff(index) > 0))))
+    if in_order and not is_sorted:
+        raise OutOfOrder("rows are not in (time, index) order")
     order = None if is_sorted else np.lexsort((index, ts))
     data: dict[str, object] = {}
 

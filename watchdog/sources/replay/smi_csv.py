@@ -22,6 +22,7 @@ from __future__ import annotations
 import re
 import warnings as _warnings
 from collections.abc import Callable
+from dataclasses import dataclass
 
 import numpy as np
 import pandas as pd
@@ -30,7 +31,7 @@ from watchdog import catalogue
 from watchdog.errors import InputError
 from watchdog.sources.replay import convert
 from watchdog.sources.replay.blob import Blob
-from watchdog.sources.replay.frame import Recording, build, standin_uuid
+from watchdog.sources.replay.frame import OutOfOrder, Recording, build, standin_uuid
 
 ID_FIELDS = {"timestamp", "index", "uuid", "pci.bus_id", "name", "serial", "vbios_version",
              "driver_version"}
@@ -138,15 +139,32 @@ class _Lines:
         return int(self._commas[row]) + 1
 
 
-def read(path: str, blob: Blob, *, mapping: dict[str, str] | None, host: str,
-         tz: str | None, fmt: str = "smi_csv") -> Recording:
-    """Parse the CSV file ``path`` (bytes through ``blob``) into a :class:`Recording`.
+@dataclass
+class Prep:
+    """What the head and tail of a CSV log say before any row is parsed."""
 
-    The fast path never looks at lines one by one: the head and tail decide the header
-    and a truncated last line, then ``pandas.read_csv`` parses the bytes. The C parser
-    itself rejects a row with too many fields; a row with too few shows up as a missing
-    last column, and only then are line layouts computed (:class:`_Lines`) to name it.
-    """
+    path: str
+    blob: Blob
+    mapping: dict[str, str]
+    warnings: list[str]
+    pos: int  # offset of the header (or first) line
+    first_no: int  # its 1-based line number
+    first_line: str
+    has_header: bool
+    expected: int  # commas per line
+    body_end: int  # bytes read (a truncated last line is left out)
+    lines: _Lines
+    dtypes: dict[str, str] | None
+
+    def where(self, row: int) -> str:
+        """``file:line`` of data row ``row``."""
+        ln = self.lines.line(row)
+        return f"{self.path}:{ln if ln is not None else '?'}"
+
+
+def prepare(path: str, blob: Blob, mapping: dict[str, str] | None) -> Prep:
+    """Decide the header, the field count and a truncated last line from the head and
+    tail of the file (no row is parsed here)."""
     mapping = dict(mapping or {})
     warnings: list[str] = []
     head = blob.head
@@ -182,13 +200,26 @@ def read(path: str, blob: Blob, *, mapping: dict[str, str] | None, host: str,
             body_end = last_start
     lines = _Lines(lambda: blob.all()[:body_end], has_header)
     dtypes = _text_columns(head, pos, first_line) if has_header else None
+    return Prep(path, blob, mapping, warnings, pos, first_no, first_line, has_header,
+                expected, body_end, lines, dtypes)
+
+
+def read(path: str, blob: Blob, *, mapping: dict[str, str] | None, host: str,
+         tz: str | None, fmt: str = "smi_csv") -> Recording:
+    """Parse the CSV file ``path`` (bytes through ``blob``) into a :class:`Recording`.
+
+    The fast path never looks at lines one by one: the head and tail decide the header
+    and a truncated last line, then ``pandas.read_csv`` parses the bytes. The C parser
+    itself rejects a row with too many fields; a row with too few shows up as a missing
+    last column, and only then are line layouts computed (:class:`_Lines`) to name it.
+    """
+    prep = prepare(path, blob, mapping)
+    has_header, expected, first_no = prep.has_header, prep.expected, prep.first_no
+    lines = prep.lines
+    warnings = list(prep.warnings)
     # From memory (a memory map: Blob.reader), not from the path: with category columns,
     # pandas reading a path is about twice as slow (measured with bench/parse_bench.py).
-
-    def where(row: int) -> str:
-        ln = lines.line(row)
-        return f"{path}:{ln if ln is not None else '?'}"
-
+    where = prep.where
     try:
         # No skipinitialspace / na_values / low_memory=False: each slows the C parser
         # down; numbers with leading spaces still parse, and text columns are converted
@@ -196,10 +227,10 @@ def read(path: str, blob: Blob, *, mapping: dict[str, str] | None, host: str,
         with _warnings.catch_warnings():
             _warnings.simplefilter("ignore", pd.errors.DtypeWarning)
             _warnings.simplefilter("error", pd.errors.ParserWarning)
-            with blob.reader(body_end) as source:
+            with blob.reader(prep.body_end) as source:
                 raw = pd.read_csv(source, header=0 if has_header else None,
                                   index_col=False, skip_blank_lines=True, encoding="utf-8",
-                                  encoding_errors="replace", dtype=dtypes)
+                                  encoding_errors="replace", dtype=prep.dtypes)
     except pd.errors.ParserWarning:  # the first data row is longer than the header
         ln = lines.line(0)
         raise InputError(f"{path}:{ln if ln is not None else '?'}: more fields than the "
@@ -220,6 +251,7 @@ def read(path: str, blob: Blob, *, mapping: dict[str, str] | None, host: str,
     short = np.flatnonzero(raw.iloc[:, -1].isna().to_numpy()) if len(raw) else []
     if len(short) and not lines.consistent(len(raw)):
         lines = _Lines(lambda: b"", has_header)  # line numbers unknown from here on
+        prep.lines = lines
         warnings.append(f"{path}: odd line endings or quoted newlines: line numbers unknown, "
                         "short rows read as missing values")
     elif len(short):
@@ -231,7 +263,7 @@ def read(path: str, blob: Blob, *, mapping: dict[str, str] | None, host: str,
         raw.columns = [str(c).strip() for c in raw.columns]
     else:
         raw.columns = [str(i + 1) for i in range(raw.shape[1])]
-    return _convert(path, raw, mapping=mapping, host=host, tz=tz, fmt=fmt, where=where,
+    return _convert(path, raw, mapping=prep.mapping, host=host, tz=tz, fmt=fmt, where=where,
                     warnings=warnings)
 
 
@@ -301,8 +333,13 @@ def _assign(raw: pd.DataFrame, mapping: dict[str, str], path: str,
 
 def _convert(path: str, raw: pd.DataFrame, *, mapping: dict[str, str], host: str,
              tz: str | None, fmt: str, where: Callable[[int], str],
-             warnings: list[str]) -> Recording:
+             warnings: list[str], part: bool = False) -> Recording:
+    """Raw columns -> a :class:`Recording`. A ``part`` of a log read in parts raises
+    :class:`OutOfOrder` where only the whole log gives the right answer: rows out of
+    order, or GPUs told apart by their order within a tick (no index column)."""
     roles = _assign(raw, mapping, path, warnings)
+    if part and "index" not in roles:
+        raise OutOfOrder("no index column")
     metric_roles = [r for r in roles if r in catalogue.BY_NAME]
     if not metric_roles and not any(r.startswith("reason:") for r in roles):
         raise InputError(f"{path}:1: no known metric column (columns: "
@@ -376,7 +413,8 @@ def _convert(path: str, raw: pd.DataFrame, *, mapping: dict[str, str], host: str
     warnings.extend(problems.warnings)
     rec = build(path=path, host=host, fmt=fmt, ts=ts, uuid=uuid, index=index,
                 lost=problems.lost, metrics=metrics, inventory=inventory,
-                row_errors=problems.errors, warnings=warnings, first_rows=first_rows)
+                row_errors=problems.errors, warnings=warnings, first_rows=first_rows,
+                in_order=part)
     return rec
 
 

@@ -1,0 +1,271 @@
+"""A large ``nvidia-smi`` CSV log read in parts on a background thread.
+
+``watchdog replay`` of a long log spends about as long parsing as detecting. Read whole,
+the detector waits for the last row before it sees the first. Read in parts, a worker
+thread parses part *k + 1* (``pandas.read_csv``'s tokenizer runs without the GIL) while
+the detector works on part *k*: on two cores the two overlap.
+
+The parts are cut at line ends and each is converted by the same code as a whole log
+(:func:`.smi_csv._convert`). Only a log whose parts can be used exactly as they are is
+read this way; the first part that cannot raises :class:`NotInParts` and the caller reads
+the whole log the usual way (:func:`~watchdog.sources.replay.open_log`), which sorts,
+names the line of any error, and so on. A part cannot be used when its rows are out of
+(time, index) order or do not follow the previous part's, when it holds a GPU the first
+part did not list, when a row is short, when parsing or converting it meets anything odd,
+or when the log has no index column. Only the first is likely in a real log, and then
+only once: nothing is lost but the time spent.
+
+:meth:`Parts.whole` puts the parts back together into the :class:`Recording` the
+whole-file reader gives (frame, inventory, row errors, warnings).
+"""
+
+from __future__ import annotations
+
+import io
+import mmap
+import queue
+import re
+import threading
+import warnings as _warnings
+from collections.abc import Iterator
+
+import numpy as np
+import pandas as pd
+
+from watchdog.errors import InputError
+from watchdog.sources.replay import fixedtime, smi_csv
+from watchdog.sources.replay.blob import Blob
+from watchdog.sources.replay.frame import OutOfOrder, Recording
+
+MIN_BYTES = 32 << 20  # smaller logs parse in a fraction of a second: read them whole
+FIRST_BYTES = 2 << 20  # a small first part: the detector starts early
+PART_BYTES = 16 << 20  # about one detector block (~120 000 nvidia-smi rows)
+_ABSURD = re.compile(r"^(?P<where>\S+): column (?P<col>'[^']*'): (?P<n>\d+) absurd value\(s\)"
+                     r"(?P<rest>.*)$")
+
+
+class NotInParts(Exception):
+    """This log cannot be read in parts (the reason is the message); read it whole."""
+
+
+class Parts:
+    """Iterate :class:`Recording` parts of one log, parsed ahead on one worker thread.
+
+    Use as a context manager (the worker and the memory map are released on exit);
+    iterate once. ``devices()`` are the first part's GPUs.
+    """
+
+    def __init__(self, path: str, blob: Blob, *, host: str, tz: str | None) -> None:
+        self.path = path
+        self.host = host
+        self.tz = tz
+        self.prep = smi_csv.prepare(path, blob, None)
+        prep = self.prep
+        if not prep.has_header or '"' in prep.first_line:
+            raise NotInParts("no plain header line")
+        self.columns = [c.strip() for c in prep.first_line.split(",")]
+        names = prep.first_line.split(",")
+        self.dtypes = {i: "category" for i, n in enumerate(names) if n in (prep.dtypes or {})}
+        try:
+            with open(path, "rb") as f:
+                self._map: mmap.mmap | None = mmap.mmap(f.fileno(), prep.body_end,
+                                                        access=mmap.ACCESS_READ)
+        except (OSError, ValueError):
+            raise NotInParts("cannot map the file") from None
+        body = self._map.find(b"\n", prep.pos) + 1
+        if body <= 0 or body >= prep.body_end:
+            self.close()
+            raise NotInParts("no data lines")
+        # nvidia-smi's fixed-width timestamps first on the line: read from the bytes
+        self.ts_width = (fixedtime.width_of(self._map[body:body + 64])
+                         if smi_csv._base(self.columns[0]) == "timestamp"
+                         and tz in (None, "UTC") else None)
+        if self.ts_width is not None:
+            self.dtypes.pop(0, None)
+        self.body = body
+        self.size = prep.body_end - body  # bytes of data lines
+        self.done_bytes = 0  # of them in the parts handed out so far
+        self._rows_before = 0  # data rows before the part being parsed (for messages)
+        # parts end on a tick (every row of a time in one part) when the timestamps are
+        # read from the bytes; otherwise a part's last tick may go on in the next one
+        self.aligned = self.ts_width is not None
+        self._queue: queue.Queue[tuple[Recording, int] | BaseException | None] = \
+            queue.Queue()
+        self._stop = threading.Event()
+        self._worker: threading.Thread | None = None
+        self._parts: list[Recording] = []
+
+    # --- lifetime -------------------------------------------------------------------------
+    def __enter__(self) -> Parts:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def close(self) -> None:
+        """Stop the worker (after the part it is on) and release the memory map."""
+        self._stop.set()
+        if self._worker is not None:
+            self._worker.join()
+            self._worker = None
+        if self._map is not None:
+            self._map.close()
+            self._map = None
+
+    # --- parts ----------------------------------------------------------------------------
+    def __iter__(self) -> Iterator[Recording]:
+        """The parts in file order, each checked to continue the previous one."""
+        self._worker = threading.Thread(target=self._work, name="watchdog-parse",
+                                        daemon=True)
+        self._worker.start()
+        first: Recording | None = None
+        known: set[str] = set()
+        last: tuple[float, int] | None = None
+        while True:
+            got = self._queue.get()
+            if got is None:
+                return
+            if isinstance(got, BaseException):
+                raise got  # NotInParts (or a bug) from the worker surfaces here
+            part, nbytes = got
+            if first is None:
+                first = part
+                known = {d.uuid for d in part.devices()}
+                if "memory.total" in part.frame.columns and any(
+                        d.memory_total_mib is None for d in part.devices()):
+                    raise NotInParts("a GPU's memory size is not in the first part")
+            elif any(d.uuid not in known for d in part.devices()):
+                raise NotInParts("a GPU appears after the first part")
+            f = part.frame
+            if len(f):
+                head = (float(f["ts"].iloc[0]), int(f["index"].iloc[0]))
+                if last is not None and not head > last:
+                    raise NotInParts("rows out of order across parts")
+                last = (float(f["ts"].iloc[-1]), int(f["index"].iloc[-1]))
+            self._parts.append(part)
+            self.done_bytes += nbytes
+            yield part
+
+    def _work(self) -> None:
+        """The worker: parse part after part into the queue (an exception ends it)."""
+        m = self._map
+        assert m is not None
+        a, end, target = self.body, self.prep.body_end, FIRST_BYTES
+        try:
+            while a < end and not self._stop.is_set():
+                nl = m.find(b"\n", a + target, end) if end - a > target else -1
+                b = end if nl < 0 else nl + 1
+                part, nxt = self._parse(a, b, last=b == end)
+                self._queue.put((part, nxt - a))
+                a, target = nxt, PART_BYTES
+        except BaseException as e:  # handed to the reading thread  # noqa: BLE001
+            self._queue.put(e)
+            return
+        self._queue.put(None)
+
+    def _parse(self, a: int, b: int, *, last: bool) -> tuple[Recording, int]:
+        """Parse and convert bytes ``[a, b)``; returns the part and where the next one
+        starts (before ``b`` when the part's last tick was left for the next part)."""
+        prep, m = self.prep, self._map
+        if m is None:
+            raise NotInParts("closed")
+        row0 = self._rows_before
+        data = m[a:b]
+        width = self.ts_width
+        fields = prep.expected + 1
+        try:
+            with _warnings.catch_warnings():
+                _warnings.simplefilter("ignore", pd.errors.DtypeWarning)
+                raw = pd.read_csv(io.BytesIO(data), header=None, index_col=False,
+                                  skip_blank_lines=True, encoding="utf-8",
+                                  encoding_errors="replace", dtype=self.dtypes,
+                                  usecols=None if width is None else range(1, fields),
+                                  na_filter=False)  # ~20 % faster; text is converted later
+        except (ValueError, UnicodeError, pd.errors.ParserError, pd.errors.EmptyDataError):
+            raise NotInParts("a part does not parse on its own") from None
+        if raw.shape[1] != fields - (width is not None) or _blank(raw.iloc[:, -1]):
+            raise NotInParts("short or long rows")  # short rows end in blank fields
+        nxt = b
+        if width is not None:
+            got = fixedtime.times(data, width, len(raw))
+            if got is None:
+                raise NotInParts("a timestamp of another layout")
+            secs, starts = got
+            if not last:  # leave the last tick (it may go on) to the next part
+                other = np.flatnonzero(secs != secs[-1])
+                if not len(other):
+                    raise NotInParts("a part holds a single tick")
+                cut = int(other[-1]) + 1
+                raw, secs, nxt = raw.iloc[:cut], secs[:cut], a + int(starts[cut])
+            raw.insert(0, "timestamp", secs)
+        self._rows_before = row0 + len(raw)
+        raw.columns = self.columns
+
+        def where(row: int) -> str:
+            return prep.where(row0 + row)
+
+        try:
+            return smi_csv._convert(self.path, raw, mapping={}, host=self.host, tz=self.tz,
+                                    fmt="smi_csv", where=where, warnings=[],
+                                    part=True), nxt
+        except (InputError, OutOfOrder) as e:  # the whole-file read names it properly
+            raise NotInParts(str(e)) from None
+
+    # --- the whole ------------------------------------------------------------------------
+    @property
+    def read(self) -> list[Recording]:
+        """The parts handed out so far, in order."""
+        return list(self._parts)
+
+    def warnings(self) -> list[str]:
+        """The warnings of the parts read so far, worded as the whole-file reader does."""
+        return merge_warnings(self.prep.warnings, [w for p in self._parts for w in p.warnings])
+
+    def whole(self) -> Recording:
+        """Every part read so far as one :class:`Recording` (what ``open_log`` gives)."""
+        parts = self._parts
+        if not parts:
+            raise NotInParts("no parts")
+        frames = [p.frame for p in parts]
+        frame = frames[0] if len(frames) == 1 else pd.concat(frames, ignore_index=True)
+        errors = {}
+        for p in parts:
+            errors.update(p.errors)
+        return Recording(path=self.path, host=parts[0].host, format=parts[0].format,
+                         frame=frame, inventory=parts[0].devices(), errors=errors,
+                         warnings=self.warnings())
+
+
+def _blank(col: pd.Series) -> bool:
+    """Whether a column read without NA filtering has a blank field (a short row, or an
+    empty last field: the whole-file reader decides what those are)."""
+    if pd.api.types.is_numeric_dtype(col.dtype):
+        return False
+    values = (col.cat.categories if isinstance(col.dtype, pd.CategoricalDtype)
+              else pd.unique(col))
+    return any(not str(v).strip() for v in values)
+
+
+def merge_warnings(head: list[str], lines: list[str]) -> list[str]:
+    """The parts' warnings as the whole-file reader words them: each once, and the absurd
+    values of one column as one line (the first place, the total count)."""
+    out = list(head)
+    absurd: dict[str, int] = {}
+    for line in lines:
+        m = _ABSURD.match(line)
+        if m is None:
+            if line not in out:
+                out.append(line)
+            continue
+        col = m["col"]
+        if col in absurd:
+            i = absurd[col]
+            n = int(_ABSURD.match(out[i])["n"]) + int(m["n"])  # type: ignore[index]
+            first = _ABSURD.match(out[i])
+            assert first is not None
+            out[i] = f"{first['where']}: column {col}: {n} absurd value(s){first['rest']}"
+        else:
+            absurd[col] = len(out)
+            out.append(line)
+    return out
+
