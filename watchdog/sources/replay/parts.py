@@ -219,7 +219,9 @@ class Parts:
 
     def warnings(self) -> list[str]:
         """The warnings of the parts read so far, worded as the whole-file reader does."""
-        return merge_warnings(self.prep.warnings, [w for p in self._parts for w in p.warnings])
+        order = list(self._parts[0].frame.columns) if self._parts else []
+        return merge_warnings(self.prep.warnings, [w for p in self._parts for w in p.warnings],
+                              order)
 
     def whole(self) -> Recording:
         """Every part read so far as one :class:`Recording` (what ``open_log`` gives)."""
@@ -246,11 +248,12 @@ def _blank(col: pd.Series) -> bool:
     return any(not str(v).strip() for v in values)
 
 
-def merge_warnings(head: list[str], lines: list[str]) -> list[str]:
-    """The parts' warnings as the whole-file reader words them: each once, and the absurd
-    values of one column as one line (the first place, the total count)."""
+def merge_warnings(head: list[str], lines: list[str], order: list[str] = ()) -> list[str]:  # type: ignore[assignment]
+    """The parts' warnings as the whole-file reader words them: the header's once, then
+    the absurd values of each column as one line (its first place, the total count), in
+    column order (``order``: metric names as the columns were converted)."""
     out = list(head)
-    absurd: dict[str, int] = {}
+    absurd: dict[str, tuple[str, str, int]] = {}  # column -> (first place, rest, count)
     for line in lines:
         m = _ABSURD.match(line)
         if m is None:
@@ -258,14 +261,10 @@ def merge_warnings(head: list[str], lines: list[str]) -> list[str]:
                 out.append(line)
             continue
         col = m["col"]
-        if col in absurd:
-            i = absurd[col]
-            n = int(_ABSURD.match(out[i])["n"]) + int(m["n"])  # type: ignore[index]
-            first = _ABSURD.match(out[i])
-            assert first is not None
-            out[i] = f"{first['where']}: column {col}: {n} absurd value(s){first['rest']}"
-        else:
-            absurd[col] = len(out)
-            out.append(line)
+        where, rest, n = absurd.get(col, (m["where"], m["rest"], 0))
+        absurd[col] = (where, rest, n + int(m["n"]))
+    rank = {f"'{c}'": i for i, c in enumerate(order)}
+    for col in sorted(absurd, key=lambda c: rank.get(c, len(rank))):
+        where, rest, n = absurd[col]
+        out.append(f"{where}: column {col}: {n} absurd value(s){rest}")
     return out
-

@@ -1,0 +1,172 @@
+"""A large log read in parts on a worker thread gives what the whole-file read gives.
+
+The size thresholds are lowered so that a log of a few thousand rows is cut into many
+parts. Every check compares with the whole-file path (``open_log`` + ``detect``): the
+frame, the inventory, row errors, merged warnings, incidents, the JSON document, and
+for logs the parts cannot serve (out of order, a GPU appearing late, a short row, another
+timestamp layout) that the command falls back and still gives the same answer or error.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from watchdog import cli
+from watchdog.commands.replay import detect, detect_parts
+from watchdog.detect import load_rules
+from watchdog.sources.replay import open_log, open_parts
+from watchdog.sources.replay import parts as parts_mod
+from watchdog.sources.replay.parts import NotInParts, merge_warnings
+
+HEADER = ("timestamp, index, uuid, utilization.gpu [%], memory.used [MiB], "
+          "memory.total [MiB], power.draw [W], power.limit [W], temperature.gpu, "
+          "clocks.sm [MHz], pstate, clocks_throttle_reasons.active")
+
+
+def stamp(k: int, iso: bool) -> str:
+    t = pd.Timestamp("2025-11-21T08:00:00") + pd.Timedelta(seconds=k)
+    return t.isoformat() if iso else t.strftime("%Y/%m/%d %H:%M:%S.000")
+
+
+def write_log(path: Path, *, ticks: int = 900, gpus: int = 4, iso: bool = False,
+              seed: int = 0) -> Path:
+    """Busy at two power levels, a checkpoint pause, then a hang; a few absurd powers, an
+    [Unknown Error] and a lost GPU reading scattered through the file."""
+    rng = np.random.default_rng(seed)
+    lines = [HEADER]
+    for k in range(ticks):
+        phase = 3 if k >= ticks - 300 else (2 if k % 400 >= 360 else k // 200 % 2)
+        for g in range(gpus):
+            util = (100, 100, 0, 100)[phase] - int(rng.integers(0, 2))
+            power = f"{(650, 380, 120, 100)[phase] + rng.normal(0, 3):.2f}"
+            if rng.random() < 0.004:
+                power = "-5.00"  # absurd: missing plus a warning
+            if rng.random() < 0.002:
+                power = "[Unknown Error]"
+            temp = "[GPU is lost]" if (k == 500 and g == 1) else str(40 + g)
+            lines.append(f"{stamp(k, iso)}, {g}, GPU-{g:08x}, {util}, 70000, 81559, "
+                         f"{power}, 700.00, {temp}, 1980, P0, 0x{4 if phase < 2 else 0:016x}")
+    path.write_text("\n".join(lines) + "\n")
+    return path
+
+
+@pytest.fixture
+def small_parts(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(parts_mod, "MIN_BYTES", 1)
+    monkeypatch.setattr(parts_mod, "FIRST_BYTES", 4096)
+    monkeypatch.setattr(parts_mod, "PART_BYTES", 16384)
+
+
+def incidents(incs: list) -> list[dict]:  # type: ignore[type-arg]
+    return [i.to_json() for i in incs]
+
+
+@pytest.mark.parametrize("iso", [False, True], ids=["fixed-width-times", "iso-times"])
+def test_parts_give_the_whole_file_answer(tmp_path: Path, small_parts: None,
+                                          iso: bool) -> None:
+    log = write_log(tmp_path / "n1.csv", iso=iso)
+    rules = load_rules(None)
+    whole = open_log(log)
+    with open_parts(log) as parts:
+        assert parts is not None and parts.aligned is not iso
+        got = detect_parts(parts, rules)
+        assert len(parts.read) > 10  # really cut into many parts
+        rec = parts.whole()
+    pd.testing.assert_frame_equal(rec.frame, whole.frame)
+    assert rec.devices() == whole.devices()
+    assert rec.errors == whole.errors and rec.errors  # the [Unknown Error] rows
+    assert rec.warnings == whole.warnings
+    assert any("absurd value" in w for w in rec.warnings)
+    assert incidents(got) == incidents(detect(whole, rules))
+    assert sorted(i.kind for i in got) == ["comm_hang", "gpu_lost"]
+    assert sum("absurd value" in w for w in rec.warnings) == 2  # util and power
+
+
+def test_replay_command_output_is_the_same_in_parts(tmp_path: Path,
+                                                    monkeypatch: pytest.MonkeyPatch,
+                                                    capsys: pytest.CaptureFixture[str]
+                                                    ) -> None:
+    log = str(write_log(tmp_path / "n2.csv"))
+    outs = []
+    for min_bytes in (1 << 40, 1):  # whole file, then parts
+        monkeypatch.setattr(parts_mod, "MIN_BYTES", min_bytes)
+        monkeypatch.setattr(parts_mod, "FIRST_BYTES", 4096)
+        monkeypatch.setattr(parts_mod, "PART_BYTES", 16384)
+        assert cli.main(["replay", log, "--json"]) == 0
+        out, err = capsys.readouterr()
+        outs.append((json.loads(out), err))
+    assert outs[0] == outs[1]
+    assert "absurd value" in outs[0][1]  # the warning, once
+    assert outs[0][1].count("absurd value") == 2  # util and power, once each
+
+
+def shuffle_two_ticks(log: Path) -> None:
+    lines = log.read_text().splitlines()
+    k = len(lines) // 2
+    lines[k], lines[k + 8] = lines[k + 8], lines[k]  # rows out of time order
+    log.write_text("\n".join(lines) + "\n")
+
+
+def late_gpu(log: Path) -> None:
+    lines = log.read_text().splitlines()
+    lines.append(lines[-1].replace(", 3, GPU-00000003,", ", 9, GPU-00000009,"))
+    log.write_text("\n".join(lines) + "\n")
+
+
+def other_layout(log: Path) -> None:
+    lines = log.read_text().splitlines()
+    k = len(lines) * 3 // 4
+    lines[k] = lines[k].replace("2025/11/21 ", "2025-11-21T", 1)
+    log.write_text("\n".join(lines) + "\n")
+
+
+@pytest.mark.parametrize("spoil", [shuffle_two_ticks, late_gpu, other_layout])
+def test_logs_the_parts_cannot_serve_fall_back_to_the_whole_file(
+        tmp_path: Path, small_parts: None, spoil, capsys: pytest.CaptureFixture[str]  # type: ignore[no-untyped-def]
+        ) -> None:
+    log = write_log(tmp_path / "n3.csv")
+    spoil(log)
+    with open_parts(log) as parts, pytest.raises(NotInParts):
+        detect_parts(parts, load_rules(None))
+    assert cli.main(["replay", str(log), "--json"]) == 0  # read whole instead
+    doc = json.loads(capsys.readouterr().out)
+    want = detect(open_log(log), load_rules(None))
+    assert doc["incidents"] == incidents(want)
+
+
+def test_a_short_row_deep_in_a_large_log_is_named_like_the_whole_file_read(
+        tmp_path: Path, small_parts: None, capsys: pytest.CaptureFixture[str]) -> None:
+    log = write_log(tmp_path / "n4.csv")
+    lines = log.read_text().splitlines()
+    lines[2500] = ", ".join(lines[2500].split(", ")[:5])
+    log.write_text("\n".join(lines) + "\n")
+    assert cli.main(["replay", str(log), "--json"]) == 2
+    err = capsys.readouterr().err
+    assert "n4.csv:2501: 5 fields, expected 12" in err and "Traceback" not in err
+
+
+def test_merged_warnings_count_absurd_values_across_parts() -> None:
+    head = ["f.csv:9: truncated last line dropped"]
+    lines = ["f.csv:5: column 'power.draw': 2 absurd value(s) such as -5 W treated as missing",
+             "f.csv:1: ignored unknown column(s): foo",
+             "f.csv:70: column 'power.draw': 3 absurd value(s) such as 1e+09 W treated as "
+             "missing",
+             "f.csv:1: ignored unknown column(s): foo"]
+    lines.insert(0, "f.csv:80: column 'temperature.gpu': 1 absurd value(s) such as 999 C "
+                    "treated as missing")
+    assert merge_warnings(head, lines, ["ts", "power.draw", "temperature.gpu"]) == [
+        "f.csv:9: truncated last line dropped",
+        "f.csv:1: ignored unknown column(s): foo",
+        "f.csv:5: column 'power.draw': 5 absurd value(s) such as -5 W treated as missing",
+        "f.csv:80: column 'temperature.gpu': 1 absurd value(s) such as 999 C treated as "
+        "missing"]
+
+
+def test_small_logs_and_other_formats_are_read_whole(tmp_path: Path) -> None:
+    log = write_log(tmp_path / "n5.csv", ticks=20)
+    assert open_parts(log) is None  # under MIN_BYTES
