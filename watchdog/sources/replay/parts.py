@@ -23,13 +23,11 @@ from __future__ import annotations
 
 import io
 import mmap
-import queue
 import re
-import threading
 import warnings as _warnings
 from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 
-import numpy as np
 import pandas as pd
 
 from watchdog.errors import InputError
@@ -40,12 +38,36 @@ from watchdog.sources.replay.frame import OutOfOrder, Recording
 MIN_BYTES = 32 << 20  # smaller logs parse in a fraction of a second: read them whole
 FIRST_BYTES = 2 << 20  # a small first part: the detector starts early
 PART_BYTES = 16 << 20  # about one detector block (~120 000 nvidia-smi rows)
+WORKERS = 2  # parsing threads (the detector works on the calling thread)
 _ABSURD = re.compile(r"^(?P<where>\S+): column (?P<col>'[^']*'): (?P<n>\d+) absurd value\(s\)"
                      r"(?P<rest>.*)$")
 
 
 class NotInParts(Exception):
     """This log cannot be read in parts (the reason is the message); read it whole."""
+
+
+def cut(data: mmap.mmap, start: int, end: int, width: int | None) -> list[tuple[int, int]]:
+    """Byte ranges ``[a, b)`` covering ``[start, end)`` at line ends: ``FIRST_BYTES``, then
+    ``PART_BYTES`` each. With ``width`` (lines start with a timestamp that wide) a range
+    also takes the following lines with the same timestamp: parts end on a tick."""
+    out: list[tuple[int, int]] = []
+    a, target = start, FIRST_BYTES
+    while a < end:
+        nl = data.find(b"\n", a + target, end) if end - a > target else -1
+        if nl < 0:
+            out.append((a, end))
+            break
+        b = nl + 1
+        if width is not None:  # compare the next lines' timestamps with this line's
+            line = data.rfind(b"\n", a, nl) + 1  # the line that ends at nl
+            stamp = data[line:line + width]
+            while b < end and data[b:b + width] == stamp:
+                nxt = data.find(b"\n", b, end)
+                b = end if nxt < 0 else nxt + 1
+        out.append((a, b))
+        a, target = b, PART_BYTES
+    return out
 
 
 class Parts:
@@ -85,14 +107,11 @@ class Parts:
         self.body = body
         self.size = prep.body_end - body  # bytes of data lines
         self.done_bytes = 0  # of them in the parts handed out so far
-        self._rows_before = 0  # data rows before the part being parsed (for messages)
-        # parts end on a tick (every row of a time in one part) when the timestamps are
-        # read from the bytes; otherwise a part's last tick may go on in the next one
+        # with the timestamps read from the bytes, parts end on a tick (every row of a
+        # time in one part); otherwise a part's last tick may go on in the next one
         self.aligned = self.ts_width is not None
-        self._queue: queue.Queue[tuple[Recording, int] | BaseException | None] = \
-            queue.Queue()
-        self._stop = threading.Event()
-        self._worker: threading.Thread | None = None
+        self.ranges = cut(self._map, body, prep.body_end, self.ts_width)
+        self._pool: ThreadPoolExecutor | None = None
         self._parts: list[Recording] = []
 
     # --- lifetime -------------------------------------------------------------------------
@@ -103,11 +122,10 @@ class Parts:
         self.close()
 
     def close(self) -> None:
-        """Stop the worker (after the part it is on) and release the memory map."""
-        self._stop.set()
-        if self._worker is not None:
-            self._worker.join()
-            self._worker = None
+        """Stop the workers (queued parts are dropped) and release the memory map."""
+        if self._pool is not None:
+            self._pool.shutdown(wait=True, cancel_futures=True)
+            self._pool = None
         if self._map is not None:
             self._map.close()
             self._map = None
@@ -115,19 +133,13 @@ class Parts:
     # --- parts ----------------------------------------------------------------------------
     def __iter__(self) -> Iterator[Recording]:
         """The parts in file order, each checked to continue the previous one."""
-        self._worker = threading.Thread(target=self._work, name="watchdog-parse",
-                                        daemon=True)
-        self._worker.start()
+        self._pool = ThreadPoolExecutor(max_workers=WORKERS, thread_name_prefix="watchdog-parse")
+        futures = [self._pool.submit(self._parse, a, b) for a, b in self.ranges]
         first: Recording | None = None
         known: set[str] = set()
         last: tuple[float, int] | None = None
-        while True:
-            got = self._queue.get()
-            if got is None:
-                return
-            if isinstance(got, BaseException):
-                raise got  # NotInParts (or a bug) from the worker surfaces here
-            part, nbytes = got
+        for fut, (a, b) in zip(futures, self.ranges, strict=True):
+            part = fut.result()  # NotInParts from a worker surfaces here
             if first is None:
                 first = part
                 known = {d.uuid for d in part.devices()}
@@ -139,37 +151,19 @@ class Parts:
             f = part.frame
             if len(f):
                 head = (float(f["ts"].iloc[0]), int(f["index"].iloc[0]))
-                if last is not None and not head > last:
+                if last is not None and not (head[0] > last[0] if self.aligned
+                                             else head > last):
                     raise NotInParts("rows out of order across parts")
                 last = (float(f["ts"].iloc[-1]), int(f["index"].iloc[-1]))
             self._parts.append(part)
-            self.done_bytes += nbytes
+            self.done_bytes += b - a
             yield part
 
-    def _work(self) -> None:
-        """The worker: parse part after part into the queue (an exception ends it)."""
-        m = self._map
-        assert m is not None
-        a, end, target = self.body, self.prep.body_end, FIRST_BYTES
-        try:
-            while a < end and not self._stop.is_set():
-                nl = m.find(b"\n", a + target, end) if end - a > target else -1
-                b = end if nl < 0 else nl + 1
-                part, nxt = self._parse(a, b, last=b == end)
-                self._queue.put((part, nxt - a))
-                a, target = nxt, PART_BYTES
-        except BaseException as e:  # handed to the reading thread  # noqa: BLE001
-            self._queue.put(e)
-            return
-        self._queue.put(None)
-
-    def _parse(self, a: int, b: int, *, last: bool) -> tuple[Recording, int]:
-        """Parse and convert bytes ``[a, b)``; returns the part and where the next one
-        starts (before ``b`` when the part's last tick was left for the next part)."""
+    def _parse(self, a: int, b: int) -> Recording:
+        """Parse and convert bytes ``[a, b)`` (on a worker thread)."""
         prep, m = self.prep, self._map
         if m is None:
             raise NotInParts("closed")
-        row0 = self._rows_before
         data = m[a:b]
         width = self.ts_width
         fields = prep.expected + 1
@@ -185,29 +179,19 @@ class Parts:
             raise NotInParts("a part does not parse on its own") from None
         if raw.shape[1] != fields - (width is not None) or _blank(raw.iloc[:, -1]):
             raise NotInParts("short or long rows")  # short rows end in blank fields
-        nxt = b
         if width is not None:
             got = fixedtime.times(data, width, len(raw))
             if got is None:
                 raise NotInParts("a timestamp of another layout")
-            secs, starts = got
-            if not last:  # leave the last tick (it may go on) to the next part
-                other = np.flatnonzero(secs != secs[-1])
-                if not len(other):
-                    raise NotInParts("a part holds a single tick")
-                cut = int(other[-1]) + 1
-                raw, secs, nxt = raw.iloc[:cut], secs[:cut], a + int(starts[cut])
-            raw.insert(0, "timestamp", secs)
-        self._rows_before = row0 + len(raw)
+            raw.insert(0, "timestamp", got[0])
         raw.columns = self.columns
 
-        def where(row: int) -> str:
-            return prep.where(row0 + row)
+        def where(row: int) -> str:  # only for messages: the line layout is found then
+            return prep.where(prep.lines.rows_before(a) + row)
 
         try:
             return smi_csv._convert(self.path, raw, mapping={}, host=self.host, tz=self.tz,
-                                    fmt="smi_csv", where=where, warnings=[],
-                                    part=True), nxt
+                                    fmt="smi_csv", where=where, warnings=[], part=True)
         except (InputError, OutOfOrder) as e:  # the whole-file read names it properly
             raise NotInParts(str(e)) from None
 

@@ -104,6 +104,7 @@ class _Lines:
         self._has_header = has_header
         self._rows: np.ndarray | None = None
         self._commas: np.ndarray | None = None
+        self._starts = np.empty(0, np.int64)
 
     def _compute(self) -> None:
         data = self._get()
@@ -116,6 +117,13 @@ class _Lines:
         nonblank = np.flatnonzero(~blank)
         rows = nonblank[1:] if self._has_header else nonblank
         self._rows, self._commas = rows + 1, commas[rows]
+        self._starts = starts[rows]
+
+    def rows_before(self, offset: int) -> int:
+        """Data rows whose line starts before byte ``offset`` (a part's first row)."""
+        if self._rows is None:
+            self._compute()
+        return int(np.searchsorted(self._starts, offset))
 
     def consistent(self, n_rows: int) -> bool:
         """Whether pandas saw as many rows as there are data lines (no CR-only line ends,
