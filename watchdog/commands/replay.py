@@ -136,7 +136,8 @@ def detect(recording: Any, rules: Any, *, host: str | None = None,
     if block_rows < 1:
         raise ValueError("block_rows must be positive")
     xids = sorted(getattr(recording, "xids", ()) or (), key=lambda x: x.ts)
-    det = Detector(rules, host=host or recording.host, devices=list(recording.devices()))
+    det = Detector(rules, host=host or recording.host, devices=list(recording.devices()),
+                   metrics=recording.metrics)
     feed_blocks(det, recording.frame, xids, block_rows=block_rows, progress=progress)
     return list(det.finish())
 
@@ -184,7 +185,8 @@ def detect_parts(parts: Any, rules: Any, *, host: str | None = None,
     rows = 0
     for part in parts:
         if det is None:
-            det = Detector(rules, host=host or part.host, devices=list(part.devices()))
+            det = Detector(rules, host=host or part.host, devices=list(part.devices()),
+                           metrics=part.metrics)  # every part has the same columns
         rows += len(part.frame)
         if progress is not None and parts.done_bytes:  # rows so far, scaled to the file
             progress.set_total(int(rows * parts.size / parts.done_bytes))

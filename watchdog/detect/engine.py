@@ -21,6 +21,7 @@ from watchdog.detect.grouping import add_members, make_incident, members, node_v
 from watchdog.detect.lang import Name, children
 from watchdog.detect.loader import Rule, RuleSet
 from watchdog.detect.presence import vanish_times
+from watchdog.detect.prune import never_true
 from watchdog.detect.signals import LEARNING_SIGNALS, Block, Learned, learn_windows
 from watchdog.detect.state import EntityState, Machine
 from watchdog.incident import Incident
@@ -53,12 +54,20 @@ class Detector:
     """Runs a :class:`RuleSet` over samples of one host's GPUs. See ``docs/rules.md``."""
 
     def __init__(self, rules: RuleSet | Sequence[Rule], host: str,
-                 devices: Sequence[DeviceInfo], config: DetectorConfig | None = None) -> None:
+                 devices: Sequence[DeviceInfo], config: DetectorConfig | None = None,
+                 metrics: Iterable[str] | None = None) -> None:
+        """``metrics``: the only catalogue metrics that will ever be fed (a recording's
+        columns), or None (live: any). With them, rules that cannot fire without the
+        others are left out (:mod:`~watchdog.detect.prune`): same incidents, less work."""
         self.rules = rules if isinstance(rules, RuleSet) else RuleSet(list(rules))
         self.host = host
         self.config = config or DetectorConfig()
+        self._metrics = None if metrics is None else frozenset(metrics)
+        self._pruned = set() if self._metrics is None else {
+            r.name for r in self.rules if never_true(r.condition, self._metrics)}
+        live = [r for r in self.rules if r.name not in self._pruned]
         self._ev = Evaluator(self.config.max_gap)
-        for r in self.rules:  # every window is known before the first block
+        for r in live:  # every window is known before the first block
             for node in (r.condition, r.clear, *r.evidence.values()):
                 if node is not None:
                     self._ev.declare(node)
@@ -77,7 +86,7 @@ class Detector:
                             and r.clear is not None and not _learns(r.clear)}
         # learned levels advance in every block, whether or not a rule's expression
         # reached them (an and/or may skip its right side for a whole block)
-        self._learning = sorted({n for r in self.rules for node in
+        self._learning = sorted({n for r in live for node in
                                  (r.condition, r.clear, *r.evidence.values())
                                  if node is not None for n in _names(node)
                                  if n in LEARNING_SIGNALS})
@@ -172,6 +181,10 @@ class Detector:
         return g
 
     def _feed(self, cols: dict[str, np.ndarray], hold: bool) -> None:
+        if self._metrics is not None:
+            extra = [k for k in cols if k in catalogue.BY_NAME and k not in self._metrics]
+            if extra:  # a pruned rule might have fired on it
+                raise ValueError(f"metric {extra[0]!r} was not among the announced ones")
         ts = cols["ts"]
         # rows earlier than an earlier row (time going backwards) or at a tick already
         # processed are dropped
@@ -244,6 +257,8 @@ class Detector:
         gpus = [(uuid, g.slot) for uuid, g in self._gpus.items()]
         active: dict[str, Any] = {}
         for rule in self.rules:
+            if rule.name in self._pruned:  # cannot fire on these metrics: no incidents
+                continue
             if rule.scope == "gpu":
                 active[rule.name] = self._run_gpu_rule(rule, block, active)
             else:
