@@ -30,7 +30,9 @@ BOTH = RuleSet([*SHIPPED, *RULES])
     ("frac(hw_slowdown or hw_power_brake, 10s) >= 50%", ["power.draw"], True),
     ("frac(hw_slowdown, 10s) >= 50%", ["clocks_event_reasons.active"], False),
     ("mem_pct > 98", ["memory.total"], True),
-    ("xid in (48, 79)", [], False),  # XIDs are events, never a column
+    ("xid in (48, 79)", ["xid"], False),  # XID events can come
+    ("frac(xid in (48, 79), 5m) > 0", ["power.draw"], True),  # a log without XIDs
+    ("xid_count > 0 or xid > 0", [], True),
     ("lost > 0", [], False),
     ("count(ecc.errors.uncorrected.volatile.total > 0) >= 1", ["power.draw"], True),
     ("frac_gpus(clocks.sm > 0) < 50", [], False),  # 0 or NaN: not folded
@@ -45,7 +47,10 @@ def test_shipped_rules_pruned_on_a_plain_nvidia_smi_log() -> None:
              "power.draw", "enforced.power.limit", "temperature.gpu", "clocks.sm",
              "clocks.mem", "pstate", "clocks_event_reasons.active"]
     det = Detector(SHIPPED, "h", devices(2), metrics=plain)
-    assert det._pruned == {"pcie_degraded", "nvlink_errors", "ecc_uncorrectable"}
+    assert det._pruned == {"pcie_degraded", "nvlink_errors", "ecc_uncorrectable",
+                           "xid_critical", "xid_application", "xid_other"}
+    with_xids = Detector(SHIPPED, "h", devices(2), metrics=[*plain, "xid"])
+    assert with_xids._pruned == {"pcie_degraded", "nvlink_errors", "ecc_uncorrectable"}
     assert not Detector(SHIPPED, "h", devices(2))._pruned  # live: nothing is pruned
 
 
@@ -54,7 +59,7 @@ def test_shipped_rules_pruned_on_a_plain_nvidia_smi_log() -> None:
 def test_pruned_detector_finds_the_same_incidents(seed: int, dropped: set[str]) -> None:
     frame, xids = random_frame(seed, n_gpus=3, n_ticks=120)
     frame = frame.drop(columns=sorted(dropped))
-    present = [c for c in frame.columns if c in METRICS]
+    present = [c for c in frame.columns if c in METRICS] + ["xid"]
     full = Detector(BOTH, "h", devices(4))
     pruned = Detector(BOTH, "h", devices(4), metrics=present)
     for det in (full, pruned):
@@ -68,7 +73,7 @@ def test_every_metric_subset_prunes_something_and_agrees() -> None:
     for k in range(len(METRICS)):
         for keep in itertools.combinations(METRICS, k):
             part = frame.drop(columns=[m for m in METRICS if m not in keep])
-            pruned = Detector(BOTH, "h", devices(4), metrics=keep)
+            pruned = Detector(BOTH, "h", devices(4), metrics=[*keep, "xid"])
             assert "ecc_uncorrectable" in pruned._pruned or \
                 "ecc.errors.uncorrected.volatile.total" in keep
             full = Detector(BOTH, "h", devices(4))
@@ -79,6 +84,19 @@ def test_every_metric_subset_prunes_something_and_agrees() -> None:
 
 def test_feeding_a_metric_that_was_not_announced_is_a_bug() -> None:
     frame, xids = random_frame(4, n_gpus=2, n_ticks=30)
-    det = Detector(BOTH, "h", devices(4), metrics=["utilization.gpu"])
+    det = Detector(BOTH, "h", devices(4), metrics=["utilization.gpu", "xid"])
     with pytest.raises(ValueError, match="not among the announced"):
         det.feed_frame(frame, xids)
+    det = Detector(BOTH, "h", devices(4), metrics=list(METRICS))
+    with pytest.raises(ValueError, match="XID events were not announced"):
+        det.feed_frame(frame, xids)
+
+
+def test_without_xid_events_the_xid_rules_go_and_nothing_changes() -> None:
+    frame, _ = random_frame(5, n_gpus=3, n_ticks=120)
+    full = Detector(BOTH, "h", devices(4))
+    pruned = Detector(BOTH, "h", devices(4), metrics=list(METRICS))
+    assert {"xid", "xid_critical", "xid_application", "xid_other"} <= pruned._pruned
+    for det in (full, pruned):
+        det.feed_frame(frame)
+    assert summary_of(pruned) == summary_of(full)

@@ -137,7 +137,7 @@ def detect(recording: Any, rules: Any, *, host: str | None = None,
         raise ValueError("block_rows must be positive")
     xids = sorted(getattr(recording, "xids", ()) or (), key=lambda x: x.ts)
     det = Detector(rules, host=host or recording.host, devices=list(recording.devices()),
-                   metrics=recording.metrics)
+                   metrics=[*recording.metrics, *(["xid"] if xids else [])])
     feed_blocks(det, recording.frame, xids, block_rows=block_rows, progress=progress)
     return list(det.finish())
 
@@ -186,7 +186,7 @@ def detect_parts(parts: Any, rules: Any, *, host: str | None = None,
     for part in parts:
         if det is None:
             det = Detector(rules, host=host or part.host, devices=list(part.devices()),
-                           metrics=part.metrics)  # every part has the same columns
+                           metrics=part.metrics)  # same columns in every part; no XIDs
         rows += len(part.frame)
         if progress is not None and parts.done_bytes:  # rows so far, scaled to the file
             progress.set_total(int(rows * parts.size / parts.done_bytes))

@@ -57,8 +57,9 @@ class Detector:
                  devices: Sequence[DeviceInfo], config: DetectorConfig | None = None,
                  metrics: Iterable[str] | None = None) -> None:
         """``metrics``: the only catalogue metrics that will ever be fed (a recording's
-        columns), or None (live: any). With them, rules that cannot fire without the
-        others are left out (:mod:`~watchdog.detect.prune`): same incidents, less work."""
+        columns, plus ``"xid"`` when it has XID events), or None (live: any). With them,
+        rules that cannot fire without the others are left out
+        (:mod:`~watchdog.detect.prune`): same incidents, less work."""
         self.rules = rules if isinstance(rules, RuleSet) else RuleSet(list(rules))
         self.host = host
         self.config = config or DetectorConfig()
@@ -120,6 +121,9 @@ class Detector:
         for c in frame.columns:
             if c in catalogue.BY_NAME:
                 cols[c] = frame[c].to_numpy(dtype=np.float64)
+        xids = list(xids)
+        if xids and self._metrics is not None and "xid" not in self._metrics:
+            raise ValueError("XID events were not announced (metrics without 'xid')")
         self._xids.extend(xids)
         self._feed(cols, hold=not complete)
 
@@ -136,6 +140,8 @@ class Detector:
         for name in names:
             cols[name] = np.array([_f(s.values.get(name)) for s in samples], dtype=np.float64)
         for s in samples:
+            if s.xids and self._metrics is not None and "xid" not in self._metrics:
+                raise ValueError("XID events were not announced (metrics without 'xid')")
             self._xids.extend(s.xids)
         if n == 0:
             return

@@ -30,6 +30,7 @@ SIGNAL_SOURCE = {
     "tensor_activity": "gpm.tensor_activity", "throttle_bad": "clocks_event_reasons.active",
 }
 FLAG_SOURCE = "clocks_event_reasons.active"
+XID_SIGNALS = {"xid": math.nan, "xid_count": 0.0}  # their value at a sample with no XID
 
 
 def _truth(v: float) -> bool:
@@ -46,7 +47,7 @@ def _truthy(v: Value) -> bool:
 
 def never_true(node: Node, present: Iterable[str]) -> bool:
     """Whether ``node`` is false (0 or NaN) at every sample when only the catalogue
-    metrics in ``present`` are ever fed."""
+    metrics in ``present`` are ever fed (and XID events only if ``"xid"`` is in it)."""
     return _falsy(fold(node, frozenset(present)))
 
 
@@ -57,6 +58,8 @@ def fold(node: Node, present: frozenset[str]) -> Value:
     if isinstance(node, Num):
         return float(node.value)
     if isinstance(node, Name):
+        if node.name in XID_SIGNALS:  # events: "xid" in present when any can come
+            return UNKNOWN if "xid" in present else XID_SIGNALS[node.name]
         source = node.name if node.name in catalogue.BY_NAME else SIGNAL_SOURCE.get(
             node.name, FLAG_SOURCE if node.name in FLAG_SIGNALS else None)
         return math.nan if source is not None and source not in present else UNKNOWN

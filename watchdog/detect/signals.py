@@ -109,13 +109,21 @@ class Block(Segments):
 
     def _device(self, field: str) -> np.ndarray:
         """A per-row array of an inventory field (NaN where unknown or 0)."""
-        per_slot = np.array([getattr(d, field) or NAN for d in self.devices], dtype=float)
-        return per_slot[self.gi]
+        key = "§dev:" + field
+        got = self.cache.get(key)
+        if got is None:
+            per_slot = np.array([getattr(d, field) or NAN for d in self.devices], dtype=float)
+            got = self.cache[key] = per_slot[self.gi]
+        return got
 
     def _limit(self) -> np.ndarray:
-        lim = self.metric("enforced.power.limit")
-        lim = np.where(np.isnan(lim), self._device("power_limit_enforced_w"), lim)
-        return np.where(lim > 0, lim, NAN)
+        """The enforced power limit per sample (W), from the log or the inventory."""
+        got = self.cache.get("§limit")
+        if got is None:
+            lim = self.metric("enforced.power.limit")
+            lim = np.where(np.isnan(lim), self._device("power_limit_enforced_w"), lim)
+            got = self.cache["§limit"] = np.where(lim > 0, lim, NAN)
+        return got
 
     def _signal(self, name: str) -> np.ndarray:
         n = len(self.ts)
