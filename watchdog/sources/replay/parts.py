@@ -161,6 +161,10 @@ class Parts:
 
     def _parse(self, a: int, b: int) -> Recording:
         """Parse and convert bytes ``[a, b)`` (on a worker thread)."""
+        return self._convert(a, *self._read(a, b))
+
+    def _read(self, a: int, b: int) -> tuple[pd.DataFrame, bytes]:
+        """Parse bytes ``[a, b)`` with ``pandas.read_csv``."""
         prep, m = self.prep, self._map
         if m is None:
             raise NotInParts("closed")
@@ -179,6 +183,11 @@ class Parts:
             raise NotInParts("a part does not parse on its own") from None
         if raw.shape[1] != fields - (width is not None) or _blank(raw.iloc[:, -1]):
             raise NotInParts("short or long rows")  # short rows end in blank fields
+        return raw, data
+
+    def _convert(self, a: int, raw: pd.DataFrame, data: bytes) -> Recording:
+        """Timestamps and conversion of a parsed part that starts at byte ``a``."""
+        prep, width = self.prep, self.ts_width
         if width is not None:
             got = fixedtime.times(data, width, len(raw))
             if got is None:
