@@ -139,3 +139,21 @@ def test_bad_input_is_one_line_and_exit_2(argv, message, capsys, tmp_path, monke
     err = capsys.readouterr().err
     assert err.startswith("watchdog: error: ") and err.count("\n") == 1
     assert message in err
+
+
+def test_tz_reads_naive_log_times_in_that_zone(tmp_path, capsys):
+    """nvidia-smi writes the logging host's local time: --tz says which zone that was."""
+    log = str(smi_log(tmp_path / "berlin.csv"))
+    utc = run_json([log], capsys)
+    berlin = run_json([log, "--tz", "Europe/Berlin"], capsys)  # UTC+1 in November
+    assert utc["sources"][0]["start"] == "2025-11-21T08:00:00.000+00:00"
+    assert berlin["sources"][0]["start"] == "2025-11-21T07:00:00.000+00:00"
+    (a,), (b,) = utc["incidents"], berlin["incidents"]
+    assert a["fired_at"].replace("T08:", "T07:") == b["fired_at"]
+
+
+def test_unknown_tz_is_one_line_and_exit_2(tmp_path, capsys):
+    log = str(smi_log(tmp_path / "x.csv"))
+    assert cli.main(["replay", log, "--tz", "Mars/Olympus"]) == 2
+    err = capsys.readouterr().err
+    assert "--tz Mars/Olympus: unknown time zone" in err and "Traceback" not in err

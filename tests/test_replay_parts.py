@@ -170,3 +170,16 @@ def test_merged_warnings_count_absurd_values_across_parts() -> None:
 def test_small_logs_and_other_formats_are_read_whole(tmp_path: Path) -> None:
     log = write_log(tmp_path / "n5.csv", ticks=20)
     assert open_parts(log) is None  # under MIN_BYTES
+
+
+def test_parts_read_naive_times_in_the_given_zone(tmp_path: Path, small_parts: None) -> None:
+    log = write_log(tmp_path / "n6.csv")
+    rules = load_rules(None)
+    whole = open_log(log, tz="America/New_York")
+    with open_parts(log, tz="America/New_York") as parts:
+        assert parts is not None and not parts.aligned  # zone: the general time parser
+        got = detect_parts(parts, rules)
+        rec = parts.whole()
+    pd.testing.assert_frame_equal(rec.frame, whole.frame)
+    assert rec.frame["ts"].iloc[0] == open_log(log).frame["ts"].iloc[0] + 5 * 3600
+    assert incidents(got) == incidents(detect(whole, rules))

@@ -17,11 +17,34 @@ def add_source_args(p: argparse.ArgumentParser, default: str = "nvml") -> None:
                    help="map catalogue metrics onto a foreign CSV's columns, "
                         "e.g. power.draw=power_W,temperature.gpu=temp_C")
     p.add_argument("--host", default=None, help="host name to report (default: this host)")
+    add_tz_arg(p)
     sim = p.add_argument_group("simulated node (--source sim…)")
     sim.add_argument("--gpus", type=int, default=8, help="number of simulated GPUs (default 8)")
     sim.add_argument("--model", default="h100-sxm",
                      help="simulated GPU model: h100-sxm | a100-pcie (default h100-sxm)")
     sim.add_argument("--seed", type=int, default=0, help="random seed (default 0)")
+
+
+def add_tz_arg(p: argparse.ArgumentParser) -> None:
+    """``--tz ZONE``: the zone of a log's naive timestamps (nvidia-smi writes local time)."""
+    p.add_argument("--tz", default=None, metavar="ZONE",
+                   help="time zone the log's timestamps were written in, when they carry "
+                        "none (nvidia-smi writes the logging host's local time), e.g. "
+                        "Europe/Berlin (default: UTC)")
+
+
+def check_tz(tz: str | None) -> str | None:
+    """``tz`` when it names a time zone; an unknown one is an :class:`InputError`."""
+    if tz is None:
+        return None
+    import zoneinfo
+
+    try:
+        zoneinfo.ZoneInfo(tz)
+    except (zoneinfo.ZoneInfoNotFoundError, ValueError):
+        raise InputError(f"--tz {tz}: unknown time zone (use e.g. UTC, Europe/Berlin)") \
+            from None
+    return tz
 
 
 def parse_map(items: list[str]) -> dict[str, str]:
@@ -54,4 +77,5 @@ def source_options(args: argparse.Namespace) -> SourceOptions:
     if args.gpus < 1 or args.gpus > 256:
         raise InputError(f"--gpus {args.gpus}: expected 1..256")
     return SourceOptions(host=args.host, mapping=parse_map(args.map), sim_gpus=args.gpus,
-                         sim_model=args.model, sim_seed=args.seed)
+                         sim_model=args.model, sim_seed=args.seed,
+                         tz=check_tz(getattr(args, "tz", None)))

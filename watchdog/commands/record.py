@@ -33,8 +33,6 @@ def register(sub: argparse._SubParsersAction) -> None:
                    help="sampling period for live sources (default 1s)")
     p.add_argument("--realtime", action="store_true",
                    help="sample a simulated node on the wall clock instead of a manual one")
-    p.add_argument("--tz", default=None, metavar="ZONE",
-                   help="time zone of naive log timestamps when converting (default UTC)")
     p.add_argument("--chunk", type=int, default=4096, metavar="SAMPLES",
                    help="samples per chunk: memory bound and most a crash can lose "
                         "(default 4096)")

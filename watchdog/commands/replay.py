@@ -31,6 +31,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from watchdog.commands.common import add_tz_arg
 from watchdog.incident import SEVERITIES, Incident, iso
 
 BLOCK_ROWS = 131_072  # the engine's MAX_BLOCK_ROWS: fewer, larger blocks cost less per row
@@ -57,6 +58,7 @@ def register(subparsers: Any) -> None:
     p.add_argument("--map", action="append", default=[], metavar="METRIC=COLUMN,…",
                    help="map catalogue metrics onto a foreign CSV's columns")
     p.add_argument("--host", default=None, help="host name to report (default: from the log)")
+    add_tz_arg(p)
     p.add_argument("--fail-on", choices=SEVERITIES, default=None, metavar="SEVERITY",
                    help="exit 1 when an incident of this severity or worse is found "
                         f"({' | '.join(SEVERITIES)})")
@@ -208,7 +210,7 @@ def open_input(path: str, args: argparse.Namespace, mapping: dict[str, str]) -> 
         return rec
     from watchdog.sources import SourceOptions, open_recorded
 
-    return open_recorded(path, SourceOptions(host=args.host, mapping=mapping))
+    return open_recorded(path, SourceOptions(host=args.host, mapping=mapping, tz=args.tz))
 
 
 def simulate(spec: str, *, duration: float, interval: float = 1.0, gpus: int = 8,
@@ -267,7 +269,7 @@ def simulate(spec: str, *, duration: float, interval: float = 1.0, gpus: int = 8
 
 def replay(args: argparse.Namespace) -> tuple[list[Replayed], Any]:
     """Replay every path in ``args``; returns the results and the rule set used."""
-    from watchdog.commands.common import parse_map
+    from watchdog.commands.common import check_tz, parse_map
     from watchdog.detect import load_rules
     from watchdog.errors import InputError
     from watchdog.report.progress import Progress, should_show
@@ -275,6 +277,7 @@ def replay(args: argparse.Namespace) -> tuple[list[Replayed], Any]:
     if args.block_rows < 1:
         raise InputError(f"--block-rows {args.block_rows}: expected a positive number")
     mapping = parse_map(args.map)
+    check_tz(args.tz)
     rules = load_rules(args.rules or None)
     show = should_show(args.json)
     out: list[Replayed] = []
@@ -309,7 +312,7 @@ def in_parts(path: str, args: argparse.Namespace, mapping: dict[str, str], rules
     from watchdog.sources.replay import open_parts
     from watchdog.sources.replay.parts import NotInParts
 
-    parts = open_parts(path, host=args.host)
+    parts = open_parts(path, host=args.host, tz=args.tz)
     if parts is None:
         return None
     with parts, Progress(0, Path(path).name, show) as bar:

@@ -13,7 +13,7 @@ import argparse
 import logging
 import sys
 
-from watchdog.commands.common import add_source_args
+from watchdog.commands.common import add_source_args, check_tz
 
 DEMO_SPEC = "sim:comm_hang(for=4m)@2m"
 DEMO_SPEED = 30.0
@@ -61,7 +61,7 @@ def run(args: argparse.Namespace) -> int:
     options = SourceOptions(host=args.host or cfg.host, mapping=parse_map(args.map),
                             sim_gpus=args.gpus if args.gpus != 8 else cfg.sim_gpus,
                             sim_model=args.model if args.model != "h100-sxm" else cfg.sim_model,
-                            sim_seed=args.seed or cfg.sim_seed)
+                            sim_seed=args.seed or cfg.sim_seed, tz=check_tz(args.tz))
     demo = False
     if spec == "auto":
         try:
