@@ -24,7 +24,7 @@ BAD_BITS = reasons.THERMAL | reasons.HARDWARE
 SIGNALS: tuple[str, ...] = (
     "power_pct", "power_idle_w", "power_busy_w", "power_rel", "mem_pct", "sm_clock_pct",
     "sm_activity", "tensor_activity", *FLAG_SIGNALS, "throttle_bad", "lost", "xid",
-    "xid_count",
+    "xid_count", "pcie_width_max", "pcie_gen_max",
 )
 # signals whose computation advances learned per-GPU state (running idle/busy power,
 # running max SM clock): an expression naming one must be evaluated in every block
@@ -143,6 +143,10 @@ class Block(Segments):
                 return np.where(total > 0, 100.0 * self.metric("memory.used") / total, NAN)
             if name == "sm_clock_pct":
                 return 100.0 * self.metric("clocks.sm") / self._max_sm()
+        if name == "pcie_width_max":  # what this GPU in this slot can reach (inventory)
+            return self._device("pcie_max_width")
+        if name == "pcie_gen_max":
+            return self._device("pcie_max_gen")
         if name == "sm_activity":
             return self.metric("gpm.sm_activity")
         if name == "tensor_activity":
