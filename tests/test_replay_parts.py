@@ -1,7 +1,7 @@
 """A large log read in parts on a worker thread gives what the whole-file read gives.
 
 The size thresholds are lowered so that a log of a few thousand rows is cut into many
-parts. Every check compares with the whole-file path (``open_log`` + ``detect``): the
+parts. Every check compares with the whole-file reader (``smi_csv.read`` + ``detect``): the
 frame, the inventory, row errors, merged warnings, incidents, the JSON document, and
 for logs the parts cannot serve (out of order, a GPU appearing late, a short row, another
 timestamp layout) that the command falls back and still gives the same answer or error.
@@ -19,8 +19,9 @@ import pytest
 from watchdog import cli
 from watchdog.commands.replay import detect, detect_parts
 from watchdog.detect import load_rules
-from watchdog.sources.replay import open_log, open_parts
+from watchdog.sources.replay import open_log, open_parts, smi_csv
 from watchdog.sources.replay import parts as parts_mod
+from watchdog.sources.replay.blob import Blob
 from watchdog.sources.replay.parts import NotInParts, merge_warnings
 
 HEADER = ("timestamp, index, uuid, utilization.gpu [%], memory.used [MiB], "
@@ -62,6 +63,11 @@ def small_parts(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(parts_mod, "PART_BYTES", 16384)
 
 
+def serial(log: Path, tz: str | None = None):  # type: ignore[no-untyped-def]
+    """The whole-file reader, whatever the size (``open_log`` reads a large log in parts)."""
+    return smi_csv.read(str(log), Blob(str(log)), mapping=None, host=log.stem, tz=tz)
+
+
 def incidents(incs: list) -> list[dict]:  # type: ignore[type-arg]
     return [i.to_json() for i in incs]
 
@@ -71,7 +77,7 @@ def test_parts_give_the_whole_file_answer(tmp_path: Path, small_parts: None,
                                           iso: bool) -> None:
     log = write_log(tmp_path / "n1.csv", iso=iso)
     rules = load_rules(None)
-    whole = open_log(log)
+    whole = serial(log)
     with open_parts(log) as parts:
         assert parts is not None and parts.aligned is not iso
         got = detect_parts(parts, rules)
@@ -135,7 +141,7 @@ def test_logs_the_parts_cannot_serve_fall_back_to_the_whole_file(
         detect_parts(parts, load_rules(None))
     assert cli.main(["replay", str(log), "--json"]) == 0  # read whole instead
     doc = json.loads(capsys.readouterr().out)
-    want = detect(open_log(log), load_rules(None))
+    want = detect(serial(log), load_rules(None))
     assert doc["incidents"] == incidents(want)
 
 
@@ -175,11 +181,25 @@ def test_small_logs_and_other_formats_are_read_whole(tmp_path: Path) -> None:
 def test_parts_read_naive_times_in_the_given_zone(tmp_path: Path, small_parts: None) -> None:
     log = write_log(tmp_path / "n6.csv")
     rules = load_rules(None)
-    whole = open_log(log, tz="America/New_York")
+    whole = serial(log, tz="America/New_York")
     with open_parts(log, tz="America/New_York") as parts:
         assert parts is not None and not parts.aligned  # zone: the general time parser
         got = detect_parts(parts, rules)
         rec = parts.whole()
     pd.testing.assert_frame_equal(rec.frame, whole.frame)
-    assert rec.frame["ts"].iloc[0] == open_log(log).frame["ts"].iloc[0] + 5 * 3600
+    assert rec.frame["ts"].iloc[0] == serial(log).frame["ts"].iloc[0] + 5 * 3600
     assert incidents(got) == incidents(detect(whole, rules))
+
+
+@pytest.mark.parametrize("spoil", [None, shuffle_two_ticks])
+def test_open_log_of_a_large_log_joins_its_parts(tmp_path: Path, small_parts: None,
+                                                 spoil) -> None:  # type: ignore[no-untyped-def]
+    """open_log reads a large log in parts (or whole, when the parts cannot serve it)."""
+    log = write_log(tmp_path / "n7.csv")
+    if spoil is not None:
+        spoil(log)
+    got, want = open_log(log), serial(log)
+    pd.testing.assert_frame_equal(got.frame, want.frame)
+    assert (got.devices(), got.errors, got.warnings) == (want.devices(), want.errors,
+                                                         want.warnings)
+

@@ -199,8 +199,10 @@ def detect_parts(parts: Any, rules: Any, *, host: str | None = None,
     return list(det.finish())
 
 
-def open_input(path: str, args: argparse.Namespace, mapping: dict[str, str]) -> Any:
-    """A recording for ``path``: a log through the replay readers or a simulated node."""
+def open_input(path: str, args: argparse.Namespace, mapping: dict[str, str],
+               in_parts: bool = True) -> Any:
+    """A recording for ``path``: a log through the replay readers or a simulated node
+    (``in_parts``: see :func:`~watchdog.sources.replay.open_log`)."""
     if path == "sim" or path.startswith("sim:"):
         from watchdog.units import parse_duration
 
@@ -208,6 +210,11 @@ def open_input(path: str, args: argparse.Namespace, mapping: dict[str, str]) -> 
                              interval=parse_duration(args.interval, what="--interval"),
                              gpus=args.gpus, model=args.model, seed=args.seed, host=args.host)
         return rec
+    if not in_parts:
+        from watchdog.sources.replay import open_log
+
+        return open_log(path, mapping=mapping or None, host=args.host, tz=args.tz,
+                        in_parts=False)
     from watchdog.sources import SourceOptions, open_recorded
 
     return open_recorded(path, SourceOptions(host=args.host, mapping=mapping, tz=args.tz))
@@ -282,11 +289,11 @@ def replay(args: argparse.Namespace) -> tuple[list[Replayed], Any]:
     show = should_show(args.json)
     out: list[Replayed] = []
     for path in args.paths:
-        got = in_parts(path, args, mapping, rules, show)
-        if got is not None:  # a large log, parsed on a worker while the detector runs
+        got, tried = in_parts(path, args, mapping, rules, show)
+        if got is not None:  # a large log, parsed on workers while the detector runs
             out.append(got)
             continue
-        rec = open_input(path, args, mapping)
+        rec = open_input(path, args, mapping, in_parts=not tried)
         warn(getattr(rec, "warnings", ()))
         host = args.host or rec.host
         with Progress(len(rec.frame), Path(path).name, show) as bar:
@@ -303,27 +310,29 @@ def warn(lines: Any) -> None:
 
 
 def in_parts(path: str, args: argparse.Namespace, mapping: dict[str, str], rules: Any,
-             show: bool) -> Replayed | None:
-    """Replay a large nvidia-smi log read in parts (see :func:`detect_parts`); None when
-    it is not one, or cannot be read that way (then it is read whole, as any input)."""
+             show: bool) -> tuple[Replayed | None, bool]:
+    """Replay a large nvidia-smi log read in parts (see :func:`detect_parts`). Returns the
+    result (None when it is not such a log, or the parts cannot serve it: then it is read
+    whole, as any input) and whether parts were tried."""
     if path == "sim" or path.startswith("sim:") or mapping:
-        return None
+        return None, False
     from watchdog.report.progress import Progress
     from watchdog.sources.replay import open_parts
     from watchdog.sources.replay.parts import NotInParts
 
     parts = open_parts(path, host=args.host, tz=args.tz)
     if parts is None:
-        return None
+        return None, False
     with parts, Progress(0, Path(path).name, show) as bar:
         try:
             incidents = detect_parts(parts, rules, host=args.host,
                                      block_rows=args.block_rows, progress=bar)
         except NotInParts:
-            return None
+            return None, True
         read = parts.read
         warn(parts.warnings())
-        return Replayed(path, args.host or read[0].host, [p.frame for p in read], incidents)
+        return Replayed(path, args.host or read[0].host, [p.frame for p in read],
+                        incidents), True
 
 
 def rule_count(rules: Any) -> int:

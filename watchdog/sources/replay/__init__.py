@@ -32,19 +32,23 @@ from watchdog.errors import InputError
 from watchdog.sources.replay.frame import Recording
 
 if TYPE_CHECKING:
+    from watchdog.sources.replay.blob import Blob
     from watchdog.sources.replay.parts import Parts
 
 __all__ = ["Recording", "open_log", "open_parts"]
 
 def open_log(path: str | os.PathLike[str], *, mapping: dict[str, str] | None = None,
              host: str | None = None, tz: str | None = None,
-             dmon_interval: float = 1.0) -> Recording:
+             dmon_interval: float = 1.0, in_parts: bool = True) -> Recording:
     """Read any recorded telemetry file the project knows into a :class:`Recording`.
 
     ``mapping`` maps catalogue names (and ``timestamp``, ``index``, ``uuid``, ``name``) to
     column names, or to 1-based column numbers for a headerless CSV. ``host`` names the
     node (default: the file's stem). ``tz`` is the zone of naive log times (default UTC).
     ``dmon_interval`` (s) spaces the rows of a ``dmon`` log without ``-o DT`` times.
+    ``in_parts``: a large ``nvidia-smi`` log may be parsed in parts on worker threads
+    (:mod:`.parts`; same result); False reads it whole (a caller that knows the parts
+    cannot serve it).
     Every problem with the input raises :class:`InputError` with one line naming the file.
     """
     p = os.fspath(path)
@@ -71,7 +75,26 @@ def open_log(path: str | os.PathLike[str], *, mapping: dict[str, str] | None = N
 
     if mapping:
         return mapped.read(p, blob, mapping=mapping, host=host, tz=tz)
+    whole = _in_parts(p, blob, host=host, tz=tz) if in_parts else None
+    if whole is not None:
+        return whole
     return smi_csv.read(p, blob, mapping=None, host=host, tz=tz)
+
+
+def _in_parts(path: str, blob: Blob, *, host: str, tz: str | None) -> Recording | None:
+    """A large CSV log read in parts and joined (what :func:`smi_csv.read` gives, sooner),
+    or None when it is small or the parts cannot serve it exactly."""
+    from watchdog.sources.replay.parts import MIN_BYTES, NotInParts, Parts
+
+    if blob.size < MIN_BYTES:
+        return None
+    try:
+        with Parts(path, blob, host=host, tz=tz) as parts:
+            for _part in parts:
+                pass
+            return parts.whole()
+    except NotInParts:
+        return None
 
 
 def _check_tz(tz: str) -> None:

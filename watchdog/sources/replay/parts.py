@@ -1,22 +1,25 @@
-"""A large ``nvidia-smi`` CSV log read in parts on a background thread.
+"""A large ``nvidia-smi`` CSV log read in parts on worker threads.
 
 ``watchdog replay`` of a long log spends about as long parsing as detecting. Read whole,
-the detector waits for the last row before it sees the first. Read in parts, a worker
-thread parses part *k + 1* (``pandas.read_csv``'s tokenizer runs without the GIL) while
-the detector works on part *k*: on two cores the two overlap.
+the detector waits for the last row before it sees the first. Read in parts, two worker
+threads parse the next parts (``pandas.read_csv``'s tokenizer releases the GIL for much of
+its work) while the detector works on the parts already read; ``open_log`` joins the
+parts of a large log the same way, only sooner than one parse of the whole file.
 
-The parts are cut at line ends and each is converted by the same code as a whole log
+The parts are cut at line ends up front; when the lines start with nvidia-smi's
+fixed-width timestamp a part also ends on a tick (its last time's rows are all in it:
+compared as bytes), and those timestamps are read straight from the bytes
+(:mod:`.fixedtime`). Each part is converted by the same code as a whole log
 (:func:`.smi_csv._convert`). Only a log whose parts can be used exactly as they are is
 read this way; the first part that cannot raises :class:`NotInParts` and the caller reads
-the whole log the usual way (:func:`~watchdog.sources.replay.open_log`), which sorts,
-names the line of any error, and so on. A part cannot be used when its rows are out of
-(time, index) order or do not follow the previous part's, when it holds a GPU the first
-part did not list, when a row is short, when parsing or converting it meets anything odd,
-or when the log has no index column. Only the first is likely in a real log, and then
-only once: nothing is lost but the time spent.
+the whole log the usual way, which sorts, names the line of any error, and so on. A part
+cannot be used when its rows are out of (time, index) order or do not follow the
+previous part's, when it holds a GPU the first part did not list, when a row is short,
+when parsing or converting it meets anything odd, or when the log has no index column.
+Only the first is likely in a real log: nothing is lost but the time spent.
 
 :meth:`Parts.whole` puts the parts back together into the :class:`Recording` the
-whole-file reader gives (frame, inventory, row errors, warnings).
+whole-file reader gives (frame, inventory, row errors, warnings: tested equal).
 """
 
 from __future__ import annotations
