@@ -37,6 +37,9 @@ BOTH = RuleSet([*SHIPPED, *RULES])
     ("count(ecc.errors.uncorrected.volatile.total > 0) >= 1", ["power.draw"], True),
     ("frac_gpus(clocks.sm > 0) < 50", [], False),  # 0 or NaN: not folded
     ("coalesce(clocks.sm, 5) > 3", [], False),  # the fallback holds
+    ("2 * power_pct - 1 > 10", ["utilization.gpu"], True),  # NaN arithmetic
+    ("2 * 3 - 1 > 4 and 8 / 0 > 1 or lost", [], False),  # x / 0 is missing, lost unknown
+    ("10 / 4 + 1 > 3 and not 6 - 2 * 3 > 0", [], False),  # constants: true
 ])
 def test_folding(expr: str, present: list[str], never: bool) -> None:
     assert never_true(compile_expr(expr, scope="node"), present) is never

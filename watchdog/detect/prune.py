@@ -15,6 +15,7 @@ whatever the unknowns is pruned, so the incidents are exactly those of a full ev
 from __future__ import annotations
 
 import math
+import operator
 from collections.abc import Iterable
 
 from watchdog import catalogue
@@ -102,13 +103,9 @@ def _binary(node: Binary, a: Value, b: Value) -> Value:
         return math.nan  # arithmetic with NaN
     if a is None or b is None:
         return UNKNOWN
-    if op == "+":
-        return a + b
-    if op == "-":
-        return a - b
-    if op == "*":
-        return a * b
-    return a / b if b != 0 else math.nan
+    if op == "/":
+        return a / b if b != 0 else math.nan  # as the engine: x / 0 is missing
+    return {"+": operator.add, "-": operator.sub, "*": operator.mul}[op](a, b)
 
 
 def _call(node: Call, args: list[Value]) -> Value:
