@@ -11,7 +11,7 @@ from hypothesis import strategies as st
 from tests.test_detect_engine import METRICS, RULES, devices, random_frame, summary_of
 from watchdog.detect import Detector, RuleSet, load_rules
 from watchdog.detect.lang import compile_expr
-from watchdog.detect.prune import never_true
+from watchdog.detect.prune import never_true, simplify
 
 SHIPPED = load_rules(None)
 BOTH = RuleSet([*SHIPPED, *RULES])
@@ -103,3 +103,24 @@ def test_without_xid_events_the_xid_rules_go_and_nothing_changes() -> None:
     for det in (full, pruned):
         det.feed_frame(frame)
     assert summary_of(pruned) == summary_of(full)
+
+
+def test_constant_tests_are_folded_out_of_conditions() -> None:
+    hang = next(r for r in SHIPPED if r.name == "comm_hang")
+    plain = ["utilization.gpu", "utilization.memory", "power.draw", "clocks.sm",
+             "clocks_event_reasons.active"]
+    folded = simplify(hang.condition, plain)
+    assert "sm_activity" in hang.condition.key and "tensor_activity" in hang.condition.key
+    assert "sm_activity" not in folded.key and "tensor_activity" not in folded.key
+    assert "utilization.memory" in folded.key  # present: its test stays
+    assert simplify(hang.condition, [*plain, "gpm.sm_activity", "gpm.tensor_activity"]) \
+        .key == hang.condition.key
+    # a test that folds to a constant becomes that constant; numbers are left alone
+    assert simplify(compile_expr("not present(sm_activity)"), []).key == "1.0"
+    assert simplify(compile_expr("mean(pcie.link.width.current, 30s)"), []).key == \
+        "mean(pcie.link.width.current, 30.0s)"
+    # `x and 1` keeps x only when x is itself a test (its truth, not its number, counts)
+    assert simplify(compile_expr("lost and not present(clocks.sm)"), []).key == \
+        "(lost and 1.0)"
+    assert simplify(compile_expr("lost > 0 and not present(clocks.sm)"), []).key == \
+        "(lost > 0.0)"

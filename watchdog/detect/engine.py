@@ -21,7 +21,7 @@ from watchdog.detect.grouping import add_members, make_incident, members, node_v
 from watchdog.detect.lang import Name, children
 from watchdog.detect.loader import Rule, RuleSet
 from watchdog.detect.presence import vanish_times
-from watchdog.detect.prune import never_true
+from watchdog.detect.prune import never_true, simplify
 from watchdog.detect.signals import LEARNING_SIGNALS, Block, Learned, learn_windows
 from watchdog.detect.state import EntityState, Machine
 from watchdog.incident import Incident
@@ -67,9 +67,15 @@ class Detector:
         self._pruned = set() if self._metrics is None else {
             r.name for r in self.rules if never_true(r.condition, self._metrics)}
         live = [r for r in self.rules if r.name not in self._pruned]
+        # conditions and clears with the tests that are constant on these metrics folded
+        # away (their windows are then never declared); as written when metrics is None
+        self._cond = {r.name: r.condition if self._metrics is None
+                      else simplify(r.condition, self._metrics) for r in self.rules}
+        self._clear = {r.name: r.clear if self._metrics is None or r.clear is None
+                       else simplify(r.clear, self._metrics) for r in self.rules}
         self._ev = Evaluator(self.config.max_gap)
         for r in live:  # every window is known before the first block
-            for node in (r.condition, r.clear, *r.evidence.values()):
+            for node in (self._cond[r.name], self._clear[r.name], *r.evidence.values()):
                 if node is not None:
                     self._ev.declare(node)
         for node in learn_windows():
@@ -84,11 +90,12 @@ class Detector:
         self._order = {r.name: i for i, r in enumerate(self.rules)}
         # gpu rules whose clear test may be left out of a block that cannot use it
         self._lazy_clear = {r.name for r in self.rules if r.scope == "gpu"
-                            and r.clear is not None and not _learns(r.clear)}
+                            and r.clear is not None and not _learns(self._clear[r.name])}
         # learned levels advance in every block, whether or not a rule's expression
         # reached them (an and/or may skip its right side for a whole block)
         self._learning = sorted({n for r in live for node in
-                                 (r.condition, r.clear, *r.evidence.values())
+                                 (self._cond[r.name], self._clear[r.name],
+                                  *r.evidence.values())
                                  if node is not None for n in _names(node)
                                  if n in LEARNING_SIGNALS})
         # node rules: since when each GPU's own condition has held (to join a firing node
@@ -393,14 +400,14 @@ class Detector:
     def _run_gpu_rule(self, rule: Rule, b: Block,
                       active: dict[str, Any]) -> dict[str, list[tuple[float, float]]]:
         ev = self._ev
-        cond_all = truth(ev.sample(rule.condition, b))
+        cond_all = truth(ev.sample(self._cond[rule.name], b))
         # the clear test is read only while an incident fires: with none firing as the
         # block starts and the condition false throughout, none fires in it either
         machine = self._machines[rule.name]
         need_clear = rule.clear is not None and (
             rule.name not in self._lazy_clear or bool(cond_all.any())
             or any(st.phase == "firing" for st in machine.states.values()))
-        clr_all = truth(ev.sample(rule.clear, b)) if need_clear else None
+        clr_all = truth(ev.sample(self._clear[rule.name], b)) if need_clear else None
         evid: dict[str, np.ndarray] = {}  # computed when an incident fires in this block
         inputs = []
         for uuid, g in self._gpus.items():
@@ -429,14 +436,14 @@ class Detector:
                        b: Block, active: dict[str, Any]) -> tuple:
         ev = self._ev
         cache = b.grid_cache  # shared by the node rules of the block (same ticks, GPUs)
-        condm = truth(ev.grid(rule.condition, ticks, gpus, b, cache))
+        condm = truth(ev.grid(self._cond[rule.name], ticks, gpus, b, cache))
         if rule.inhibited_by:
             condm = condm.copy()  # the grid cache may hold this very array
             for j, (uuid, _slot) in enumerate(gpus):
                 condm[:, j] &= ~self._inhibit_mask(rule, uuid, ticks, active)
         cond = condm.any(axis=1)
         if rule.clear is not None:
-            cm = truth(ev.grid(rule.clear, ticks, gpus, b, cache))
+            cm = truth(ev.grid(self._clear[rule.name], ticks, gpus, b, cache))
             present = ev.present(ticks, gpus, b, cache)
             clr = (cm | ~present).all(axis=1) & present.any(axis=1)
         else:

@@ -46,6 +46,43 @@ def _truthy(v: Value) -> bool:
     return v is not None and _truth(v)
 
 
+BOOLEAN_OPS = ("and", "or", "<", "<=", ">", ">=", "==", "!=")
+
+
+def is_boolean(node: Node) -> bool:
+    """Whether ``node``'s value is always 0 or 1 (a test, not a number)."""
+    return ((isinstance(node, Binary) and node.op in BOOLEAN_OPS)
+            or (isinstance(node, Unary) and node.op == "not") or isinstance(node, In)
+            or (isinstance(node, Call) and node.fn in ("present", "any_gpu", "all_gpus")))
+
+
+def simplify(node: Node, present: Iterable[str]) -> Node:
+    """``node`` with the tests that are constant on these metrics folded away: a test
+    that is always true or false becomes 1 or 0, and ``x and 1``, ``x or 0`` become ``x``
+    when ``x`` is a test too. Only for conditions (whose truth is all that is used):
+    ``not present(sm_activity) or mean(sm_activity, 15s) < 15%`` on a log without GPM
+    is simply true, and its window is never declared."""
+    return _simplify(node, frozenset(present))
+
+
+def _simplify(node: Node, present: frozenset[str]) -> Node:
+    if is_boolean(node):
+        v = fold(node, present)
+        if v is not None:
+            return Num(node.col, 1.0 if _truth(v) else 0.0)
+    if isinstance(node, Unary) and node.op == "not":
+        return Unary(node.col, "not", _simplify(node.arg, present))
+    if not (isinstance(node, Binary) and node.op in ("and", "or")):
+        return node
+    left, right = _simplify(node.left, present), _simplify(node.right, present)
+    keep = 1.0 if node.op == "and" else 0.0  # the neutral constant of the operator
+    if isinstance(left, Num) and left.value == keep and is_boolean(right):
+        return right
+    if isinstance(right, Num) and right.value == keep and is_boolean(left):
+        return left
+    return Binary(node.col, node.op, left, right)
+
+
 def never_true(node: Node, present: Iterable[str]) -> bool:
     """Whether ``node`` is false (0 or NaN) at every sample when only the catalogue
     metrics in ``present`` are ever fed (and XID events only if ``"xid"`` is in it)."""
