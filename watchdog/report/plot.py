@@ -135,8 +135,13 @@ def plot_timeline(frame: Any, incidents: Sequence[Incident], path: str | Path,
         ax.tick_params(labelsize=8)
     _shade(axes, incidents, tmin, tmax, when, info)
     axes[0].legend(loc="upper left", bbox_to_anchor=(1.005, 1.0), fontsize=8, frameon=False)
-    axes[-1].xaxis.set_major_formatter(mdates.DateFormatter("%H:%M:%S", tz="UTC"))
-    axes[-1].set_xlabel(f"time (UTC), {when(tmin):%Y-%m-%d}", fontsize=9)
+    days = f"{when(tmin):%Y-%m-%d}"
+    if f"{when(tmax):%Y-%m-%d}" != days:  # a log over several days: dates on the axis
+        days += f" .. {when(tmax):%Y-%m-%d}"
+        axes[-1].xaxis.set_major_formatter(mdates.DateFormatter("%m-%d %H:%M", tz="UTC"))
+    else:
+        axes[-1].xaxis.set_major_formatter(mdates.DateFormatter("%H:%M:%S", tz="UTC"))
+    axes[-1].set_xlabel(f"time (UTC), {days}", fontsize=9)
     axes[-1].set_xlim(when(tmin), when(tmax))
     n = len(incidents)
     fig.suptitle(f"{title}  —  {n} incident{'s' if n != 1 else ''}".strip(" —"), fontsize=11)
@@ -167,8 +172,10 @@ def _shade(axes: Any, incidents: Sequence[Incident], tmin: float, tmax: float,
             info.spans.append((inc.kind, fired, end, "firing"))
         label = f"{inc.kind} GPU {gpu_list(inc.gpus)}"
         info.labels.append(label)
+        late = tmax > tmin and (start - tmin) / (tmax - tmin) > 0.7  # label to the left
         top.annotate(label, xy=(when(start), 1.0), xycoords=("data", "axes fraction"),
-                     xytext=(2, -10 - 10 * (k % 4)), textcoords="offset points",
+                     xytext=(-2 if late else 2, -10 - 10 * (k % 4)),
+                     textcoords="offset points", ha="right" if late else "left",
                      fontsize=7.5, color=colour, fontweight="bold", va="top",
                      bbox={"boxstyle": "round,pad=0.15", "fc": "white", "ec": "none",
                            "alpha": 0.8})
