@@ -15,6 +15,8 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from watchdog import cli
 from watchdog.commands.replay import detect, detect_parts
@@ -203,3 +205,62 @@ def test_open_log_of_a_large_log_joins_its_parts(tmp_path: Path, small_parts: No
     assert (got.devices(), got.errors, got.warnings) == (want.devices(), want.errors,
                                                          want.warnings)
 
+
+
+@st.composite
+def logs(draw):  # type: ignore[no-untyped-def]
+    """A random nvidia-smi log: GPUs, ticks, per-GPU millisecond jitter, missing rows,
+    [N/A] and error fields, a lost GPU, CRLF endings, now and then rows out of order."""
+    gpus = draw(st.integers(1, 4))
+    ticks = draw(st.integers(20, 160))
+    jitter = draw(st.booleans())
+    seed = draw(st.integers(0, 2**31))
+    rng = np.random.default_rng(seed)
+    lines = [HEADER]
+    for k in range(ticks):
+        # nvidia-smi stamps each GPU's row when it reads it: later GPUs, later times
+        offsets = np.sort(rng.integers(0, 900, gpus)) if jitter else np.zeros(gpus, int)
+        for g in range(gpus):
+            if rng.random() < 0.03:
+                continue  # a missing row
+            t = pd.Timestamp("2025-11-21T08:00:00") + pd.Timedelta(
+                milliseconds=1000 * k + int(offsets[g]))
+            power = f"{rng.normal(400, 150):.2f}"
+            if rng.random() < 0.02:
+                power = rng.choice(["[N/A]", "[Unknown Error]", "-3.00"])
+            temp = "[GPU is lost]" if rng.random() < 0.005 else str(int(rng.integers(30, 90)))
+            lines.append(f"{t.strftime('%Y/%m/%d %H:%M:%S.%f')[:23]}, {g}, GPU-{g:08x}, "
+                         f"{int(rng.integers(0, 101))}, 70000, 81559, {power}, 700.00, "
+                         f"{temp}, {int(rng.integers(900, 1981))}, P0, "
+                         f"0x{int(rng.choice([0, 4, 0x14, 0x40, 0x48])):016x}")
+    if draw(st.booleans()) and len(lines) > 20:
+        i = int(rng.integers(2, len(lines) - 10))
+        lines[i], lines[i + 7] = lines[i + 7], lines[i]
+    end = "\r\n" if draw(st.booleans()) else "\n"
+    return end.join(lines) + end
+
+
+@settings(max_examples=25, deadline=None)
+@given(logs())
+def test_random_logs_read_in_parts_equal_the_whole_file_read(text: str) -> None:
+    import tempfile
+
+    with tempfile.TemporaryDirectory() as tmp, pytest.MonkeyPatch.context() as mp:
+        mp.setattr(parts_mod, "MIN_BYTES", 1)
+        mp.setattr(parts_mod, "FIRST_BYTES", 1024)
+        mp.setattr(parts_mod, "PART_BYTES", 2048)
+        log = Path(tmp) / "r.csv"
+        log.write_bytes(text.encode())
+        want = serial(log)
+        got = open_log(log)  # in parts, or whole when the parts cannot serve it
+        pd.testing.assert_frame_equal(got.frame, want.frame)
+        assert (got.devices(), got.errors, got.warnings) == (want.devices(), want.errors,
+                                                             want.warnings)
+        rules = load_rules(None)
+        with open_parts(log) as parts:
+            assert parts is not None
+            try:
+                incs = detect_parts(parts, rules)
+            except NotInParts:
+                return  # the command reads it whole: that is the path compared above
+        assert incidents(incs) == incidents(detect(want, rules))
