@@ -7,7 +7,9 @@ import pandas as pd
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from watchdog.detect.engine import _by_gpu, _factorize, _ticks
+from watchdog.detect.rows import by_gpu as _by_gpu
+from watchdog.detect.rows import factorize as _factorize
+from watchdog.detect.rows import ticks as _ticks
 from watchdog.detect.signals import Block, Learned
 from watchdog.model import DeviceInfo
 
@@ -71,7 +73,7 @@ def test_replay_gpu_count_is_nunique(block) -> None:  # type: ignore[no-untyped-
 @settings(max_examples=100, deadline=None)
 @given(st.lists(st.integers(0, 20).map(float), max_size=30), st.booleans())
 def test_unique_of_block_times_is_numpys(vals: list[float], ordered: bool) -> None:
-    from watchdog.detect.engine import _unique
+    from watchdog.detect.rows import unique as _unique
 
     a = np.array(sorted(vals) if ordered else vals, dtype=float)
     assert _unique(a).tolist() == np.unique(a).tolist()

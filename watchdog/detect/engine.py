@@ -16,6 +16,7 @@ from typing import Any
 import numpy as np
 
 from watchdog import catalogue
+from watchdog.detect import rows as blockrows
 from watchdog.detect.evaluate import Evaluator, numeric, truth
 from watchdog.detect.grouping import add_members, make_incident, members, node_value
 from watchdog.detect.lang import Name, children
@@ -212,7 +213,7 @@ class Detector:
         if not len(ts):
             return
         if self._held is not None:  # the held tick is complete or continues: process it
-            cols = _concat(self._held, cols)  # with these rows, as one block
+            cols = blockrows.concat(self._held, cols)  # with these rows, as one block
             self._held = None
             ts = cols["ts"]
         if hold:
@@ -243,12 +244,12 @@ class Detector:
         import pandas as pd
 
         self._last_tick = max(self._last_tick, float(cols["ts"][-1]))
-        codes, uniq = _factorize(cols["uuid"], cols["ts"])
-        order = _by_gpu(codes, len(uniq))
+        codes, uniq = blockrows.factorize(cols["uuid"], cols["ts"])
+        order = blockrows.by_gpu(codes, len(uniq))
         bounds = np.searchsorted(codes[order], np.arange(len(uniq) + 1))
         extra = self._vanished(cols, uniq, order, bounds)
         if extra is not None:
-            cols = _concat(cols, extra)
+            cols = blockrows.concat(cols, extra)
             by_ts = np.argsort(cols["ts"], kind="stable")
             cols = {k: v[by_ts] for k, v in cols.items()}
             codes, uniq = pd.factorize(cols["uuid"])
@@ -266,7 +267,7 @@ class Detector:
             return
         block = self._block(per_slot, metric_names, cols)
         block.evaluator = self._ev
-        ticks = _ticks(block)
+        ticks = blockrows.ticks(block)
         gpus = [(uuid, g.slot) for uuid, g in self._gpus.items()]
         active: dict[str, Any] = {}
         for rule in self.rules:
@@ -302,14 +303,14 @@ class Detector:
     def _vanished(self, cols: dict[str, np.ndarray], uniq: Any, order: np.ndarray,
                   bounds: np.ndarray) -> dict[str, np.ndarray] | None:
         """Synthetic lost rows for GPUs that stopped reporting (see :mod:`presence`)."""
-        ticks = _unique(cols["ts"])
+        ticks = blockrows.unique(cols["ts"])
         where = {u: i for i, u in enumerate(uniq)}
         ts_out: list[float] = []
         who: list[_Gpu] = []
         for uuid, g in self._gpus.items():
             ci = where.get(uuid)
             mine = (np.empty(0) if ci is None
-                    else _unique(cols["ts"][order[bounds[ci]:bounds[ci + 1]]]))
+                    else blockrows.unique(cols["ts"][order[bounds[ci]:bounds[ci + 1]]]))
             for t in vanish_times(g.last_ts, mine, ticks, self.config.max_gap):
                 ts_out.append(t)
                 who.append(g)
@@ -368,13 +369,13 @@ class Detector:
             if got is None:
                 continue
             if inh.scope == "gpu":
-                mask |= _covered(got.get(uuid, []), times)
+                mask |= blockrows.covered(got.get(uuid, []), times)
             else:
                 intervals, ticks, condm, gpus = got
                 if uuid not in gpus:
                     continue
                 ti = np.clip(np.searchsorted(ticks, times), 0, len(ticks) - 1)
-                mask |= _covered(intervals, times) & condm[ti, gpus.index(uuid)]
+                mask |= blockrows.covered(intervals, times) & condm[ti, gpus.index(uuid)]
         return mask
 
     def _extra(self, rule: Rule, st: EntityState) -> dict[str, Any]:
@@ -524,67 +525,6 @@ def _names(node: Any) -> set[str]:
     out = {node.name} if isinstance(node, Name) else set()
     for c in children(node):
         out |= _names(c)
-    return out
-
-
-def _factorize(uuid: np.ndarray, ts: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """``pd.factorize(uuid)``; for the usual block (the first tick's GPUs, all distinct,
-    then the same GPUs in the same order) by one comparison instead of hashing every
-    row."""
-    import pandas as pd
-
-    n = len(uuid)
-    k = int(np.searchsorted(ts, ts[0], side="right")) if n else 0
-    first = uuid[:k].tolist()
-    if 0 < k < n and n % k == 0 and len(set(first)) == k \
-            and all(isinstance(u, str) for u in first) and bool((uuid[k:] == uuid[:-k]).all()):
-        return np.tile(np.arange(k), n // k), uuid[:k].copy()
-    return pd.factorize(uuid)
-
-
-def _by_gpu(codes: np.ndarray, k: int) -> np.ndarray:
-    """Rows grouped by GPU code, in row order within a GPU (a stable argsort); for the
-    usual block (every GPU once per tick, always in the same order) without sorting."""
-    n = len(codes)
-    if k and n % k == 0 and bool((codes.reshape(-1, k) == np.arange(k)).all()):
-        return np.arange(n).reshape(-1, k).T.ravel()
-    return np.argsort(codes, kind="stable")
-
-
-def _unique(a: np.ndarray) -> np.ndarray:
-    """``np.unique(a)``; without a sort when ``a`` is already in order (block rows are)."""
-    if len(a) > 1 and bool((a[1:] >= a[:-1]).all()):
-        return a[np.concatenate(([True], a[1:] != a[:-1]))]
-    return np.unique(a)
-
-
-def _ticks(b: Block) -> np.ndarray:
-    """Distinct sample times of a block, sorted (``np.unique(b.ts)``); when every GPU has
-    the very same times, those of the first."""
-    c = b.counts
-    if len(c) and c[0] and (c == c[0]).all():
-        rows = b.ts.reshape(len(c), int(c[0]))
-        if bool((rows == rows[0]).all()):
-            return rows[0].copy()
-    return _unique(b.ts)
-
-
-def _covered(intervals: list[tuple[float, float]], times: np.ndarray) -> np.ndarray:
-    """True where ``times`` fall inside one of the ``[start, end)`` intervals."""
-    if not intervals:
-        return np.zeros(len(times), bool)
-    iv = np.array(sorted(intervals))  # an entity's intervals never overlap
-    i = np.searchsorted(iv[:, 0], times, side="right") - 1
-    return (i >= 0) & (times < iv[np.maximum(i, 0), 1])
-
-
-def _concat(a: dict[str, np.ndarray], b: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
-    out = {}
-    for k in a.keys() | b.keys():
-        n_a, n_b = len(a["ts"]), len(b["ts"])
-        va = a.get(k, np.full(n_a, np.nan))
-        vb = b.get(k, np.full(n_b, np.nan))
-        out[k] = np.concatenate((va, vb))
     return out
 
 
