@@ -417,7 +417,7 @@ class Detector:
                 continue
             ts = b.ts[lo:hi]
             cond = cond_all[lo:hi]
-            if rule.inhibited_by:
+            if rule.inhibited_by and cond.any():  # (nothing to inhibit otherwise)
                 cond = cond & ~self._inhibit_mask(rule, uuid, ts, active)
             clr = clr_all[lo:hi] if clr_all is not None else ~cond
             inputs.append((uuid, ts, cond, clr))

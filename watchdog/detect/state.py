@@ -123,12 +123,14 @@ class Machine:
         intervals: dict[str, list[tuple[float, float]]] = {}
         heap: list[tuple[float, int, int, str, int]] = []
         cursors: list[_Cursor] = []
-        for order, (key, ts, cond, clr) in enumerate(inputs):
+        for key, ts, cond, clr in inputs:
             st = self.states.setdefault(key, EntityState())
+            intervals[key] = []
+            if st.phase == "inactive" and not cond.any():
+                continue  # nothing starts: no transition in this block
             c = _Cursor(key, ts, cond, clr, st)
             cursors.append(c)
-            intervals[key] = []
-            self._push(heap, c, order)
+            self._push(heap, c, len(cursors) - 1)
         while heap:
             _, _, order, what, idx = heapq.heappop(heap)
             c = cursors[order]
