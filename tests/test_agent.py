@@ -69,3 +69,41 @@ def test_a_failing_source_or_notifier_never_stops_the_agent(
     assert agent.stats.source_errors == 1
     assert "gpu_lost" in got  # the second notifier still heard about it
     assert "slack is down" in caplog.text and "driver hiccup" in caplog.text
+
+
+def test_ticks_from_two_threads_never_overlap() -> None:
+    """The scheduler's thread and a direct call (the daemon's first tick) used to run the
+    detector at once and corrupt its window state; ticks are serialized now."""
+    import threading
+
+    clock = ManualClock(start=1_750_000_000.0)
+    agent = _agent("sim:comm_hang(for=6m)@1m", clock, [])
+    inside = {"now": 0, "most": 0}
+    real = agent.detector.feed_tick
+
+    def counting(*args, **kwargs):  # type: ignore[no-untyped-def]
+        inside["now"] += 1
+        inside["most"] = max(inside["most"], inside["now"])
+        try:
+            return real(*args, **kwargs)
+        finally:
+            inside["now"] -= 1
+
+    agent.detector.feed_tick = counting  # type: ignore[method-assign]
+    errors: list[BaseException] = []
+
+    def worker() -> None:
+        try:
+            for _ in range(60):
+                agent.tick()
+                clock.advance(1.0)
+        except BaseException as e:  # noqa: BLE001
+            errors.append(e)
+
+    threads = [threading.Thread(target=worker) for _ in range(2)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert errors == [] and inside["most"] == 1
+    assert agent.stats.ticks == 120

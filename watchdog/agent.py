@@ -8,6 +8,7 @@ scheduler (APScheduler, see :mod:`watchdog.commands.run`) calls :meth:`Agent.tic
 from __future__ import annotations
 
 import logging
+import threading
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
@@ -45,9 +46,18 @@ class Agent:
         self.clock = clock
         self.notifiers = list(notifiers)
         self.stats = TickStats()
+        # one tick at a time: the detector's state is not for two threads at once (a
+        # scheduler thread and a direct call, or a tick that overran its interval)
+        self._lock = threading.Lock()
 
     def tick(self) -> list[tuple[str, Incident]]:
-        """Sample once at ``clock.now()``, detect, notify; returns the transitions sent."""
+        """Sample once at ``clock.now()``, detect, notify; returns the transitions sent.
+
+        Ticks never overlap: a call made while one runs waits for it."""
+        with self._lock:
+            return self._tick()
+
+    def _tick(self) -> list[tuple[str, Incident]]:
         now = self.clock.now()
         try:
             samples = self.source.sample(now)

@@ -115,10 +115,10 @@ def _schedule(agent, clock, interval: float, speed: float,  # type: ignore[no-un
 
     sched = BackgroundScheduler(job_defaults={"coalesce": True, "max_instances": 1,
                                               "misfire_grace_time": None})
+    job()  # first tick now rather than one interval later (before the scheduler runs one)
     sched.add_job(job, "interval", seconds=interval / speed, id="sample")
     sched.start()
     try:
-        job()  # first tick now rather than one interval later
         while not done.wait(0.5):
             pass
     finally:
