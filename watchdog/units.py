@@ -1,7 +1,9 @@
-"""Parsing of human-written quantities: durations like ``90s``, ``10m``, ``1h30m``, ``0.5s``.
+"""Parsing of human-written quantities: durations like ``90s``, ``10m``, ``1h30m``, ``0.5s``,
+and time-zone names.
 
-Used by every command option and config value that takes a duration, so the spelling is
-the same everywhere. Standard library only (on the ``watchdog check`` start-up path).
+Used by every command option and config value that takes a duration or a zone, so the
+spelling and the error are the same everywhere. Standard library only (on the
+``watchdog check`` start-up path).
 """
 
 from __future__ import annotations
@@ -37,3 +39,18 @@ def parse_duration(text: str, *, what: str = "duration") -> float:
     if pos != len(t) or not t:
         raise InputError(f"{what}: {text!r} is not a duration (use e.g. 30s, 5m, 1h30m)")
     return total
+
+
+def check_tz(tz: str | None) -> str | None:
+    """``tz`` when it names a time zone (None stays None: UTC); an unknown one is an
+    :class:`InputError` naming it."""
+    if tz is None:
+        return None
+    import zoneinfo
+
+    try:
+        zoneinfo.ZoneInfo(tz)
+    except (zoneinfo.ZoneInfoNotFoundError, ValueError):
+        raise InputError(f"--tz {tz}: unknown time zone (use e.g. UTC, Europe/Berlin)") \
+            from None
+    return tz

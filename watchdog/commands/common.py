@@ -6,6 +6,7 @@ import argparse
 
 from watchdog.errors import InputError
 from watchdog.sources import SourceOptions
+from watchdog.units import check_tz
 
 
 def add_source_args(p: argparse.ArgumentParser, default: str = "nvml") -> None:
@@ -31,20 +32,6 @@ def add_tz_arg(p: argparse.ArgumentParser) -> None:
                    help="time zone the log's timestamps were written in, when they carry "
                         "none (nvidia-smi writes the logging host's local time), e.g. "
                         "Europe/Berlin (default: UTC)")
-
-
-def check_tz(tz: str | None) -> str | None:
-    """``tz`` when it names a time zone; an unknown one is an :class:`InputError`."""
-    if tz is None:
-        return None
-    import zoneinfo
-
-    try:
-        zoneinfo.ZoneInfo(tz)
-    except (zoneinfo.ZoneInfoNotFoundError, ValueError):
-        raise InputError(f"--tz {tz}: unknown time zone (use e.g. UTC, Europe/Berlin)") \
-            from None
-    return tz
 
 
 def parse_map(items: list[str]) -> dict[str, str]:

@@ -276,7 +276,7 @@ def simulate(spec: str, *, duration: float, interval: float = 1.0, gpus: int = 8
 
 def replay(args: argparse.Namespace) -> tuple[list[Replayed], Any]:
     """Replay every path in ``args``; returns the results and the rule set used."""
-    from watchdog.commands.common import check_tz, parse_map
+    from watchdog.commands.common import parse_map
     from watchdog.detect import load_rules
     from watchdog.errors import InputError
     from watchdog.report.progress import Progress, should_show
@@ -284,6 +284,8 @@ def replay(args: argparse.Namespace) -> tuple[list[Replayed], Any]:
     if args.block_rows < 1:
         raise InputError(f"--block-rows {args.block_rows}: expected a positive number")
     mapping = parse_map(args.map)
+    from watchdog.units import check_tz
+
     check_tz(args.tz)
     rules = load_rules(args.rules or None)
     show = should_show(args.json)

@@ -44,21 +44,10 @@ def run_check(args: argparse.Namespace) -> int:
 
 
 def run_test(args: argparse.Namespace) -> int:
-    from pathlib import Path
-
-    from watchdog.detect.loader import default_rules_dir
+    from watchdog.detect.loader import default_rules_dir, rule_files
     from watchdog.detect.ruletest import run_files
-    from watchdog.errors import InputError
 
-    files: list[str | Path] = []
-    for f in args.files or [default_rules_dir() / "tests"]:
-        path = Path(f)
-        if path.is_dir():
-            files.extend(sorted([*path.glob("*.yaml"), *path.glob("*.yml")]))
-        elif path.is_file():
-            files.append(path)
-        else:
-            raise InputError(f"{path}: no such rule test file or folder")
+    files = rule_files(args.files or [default_rules_dir() / "tests"], what="rule test")
     passed, failed, lines = run_files(files)
     for line in lines:
         if not (args.quiet and line.startswith("ok ")):

@@ -13,7 +13,8 @@ import argparse
 import logging
 import sys
 
-from watchdog.commands.common import add_source_args, check_tz
+from watchdog.commands.common import add_source_args
+from watchdog.units import check_tz
 
 DEMO_SPEC = "sim:comm_hang(for=4m)@2m"
 DEMO_SPEED = 30.0

@@ -156,8 +156,10 @@ def default_rules_dir() -> Path:
     return Path(str(resources.files("watchdog.default_rules")))
 
 
-def rule_files(paths: Sequence[str | Path] | None) -> list[Path]:
-    """Expand files and folders (``*.yaml``/``*.yml``, not recursive) in a stable order."""
+def rule_files(paths: Sequence[str | Path] | None, *, what: str = "rule") -> list[Path]:
+    """Expand files and folders (``*.yaml``/``*.yml``, not recursive) in a stable order;
+    ``None`` is the shipped rules. ``what`` names the files in the error for a missing
+    path (``rule``, ``rule test``)."""
     out: list[Path] = []
     for p in [default_rules_dir()] if paths is None else paths:
         path = Path(p)
@@ -166,7 +168,7 @@ def rule_files(paths: Sequence[str | Path] | None) -> list[Path]:
         elif path.is_file():
             out.append(path)
         else:
-            raise InputError(f"{path}: no such rule file or folder")
+            raise InputError(f"{path}: no such {what} file or folder")
     return out
 
 

@@ -20,6 +20,7 @@ from collections.abc import Iterable
 
 from watchdog import catalogue
 from watchdog.detect.lang import Binary, Call, In, Name, Node, Num, Unary
+from watchdog.detect.signals import FLAG_SIGNALS
 
 UNKNOWN = None  # a value that depends on data
 Value = float | None
@@ -91,8 +92,6 @@ def never_true(node: Node, present: Iterable[str]) -> bool:
 
 def fold(node: Node, present: frozenset[str]) -> Value:
     """The constant value of ``node`` at every sample, or None when it depends on data."""
-    from watchdog.detect.signals import FLAG_SIGNALS
-
     if isinstance(node, Num):
         return float(node.value)
     if isinstance(node, Name):

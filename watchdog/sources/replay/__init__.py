@@ -30,6 +30,7 @@ from typing import TYPE_CHECKING
 
 from watchdog.errors import InputError
 from watchdog.sources.replay.frame import Recording
+from watchdog.units import check_tz
 
 if TYPE_CHECKING:
     from watchdog.sources.replay.blob import Blob
@@ -58,7 +59,7 @@ def open_log(path: str | os.PathLike[str], *, mapping: dict[str, str] | None = N
     blob = Blob(p)
     kind = sniff(p, blob.head)
     if tz is not None:
-        _check_tz(tz)
+        check_tz(tz)
     if kind == "recording":
         from watchdog.sources.replay import recording
 
@@ -97,15 +98,6 @@ def _in_parts(path: str, blob: Blob, *, host: str, tz: str | None) -> Recording 
         return None
 
 
-def _check_tz(tz: str) -> None:
-    import zoneinfo
-
-    try:
-        zoneinfo.ZoneInfo(tz)
-    except (zoneinfo.ZoneInfoNotFoundError, ValueError):
-        raise InputError(f"--tz {tz}: unknown time zone (use e.g. UTC, Europe/Berlin)") from None
-
-
 def open_parts(path: str | os.PathLike[str], *, host: str | None = None,
                tz: str | None = None) -> Parts | None:
     """A large ``nvidia-smi`` CSV log to be read in parts on a worker thread
@@ -120,7 +112,7 @@ def open_parts(path: str | os.PathLike[str], *, host: str | None = None,
     if blob.size < MIN_BYTES or sniff(p, blob.head) != "csv":
         return None
     if tz is not None:
-        _check_tz(tz)
+        check_tz(tz)
     try:
         return Parts(p, blob, host=host or Path(p).stem, tz=tz)
     except NotInParts:

@@ -31,11 +31,10 @@ def width_of(line: bytes) -> int | None:
     return 23 if m.group(1) else 19
 
 
-def times(data: bytes, width: int, rows: int) -> tuple[np.ndarray, np.ndarray] | None:
+def times(data: bytes, width: int, rows: int) -> np.ndarray | None:
     """POSIX seconds (UTC, float64) of the leading timestamp of each of the ``rows`` lines
-    of ``data`` (every line starting with one; the last may lack its newline), and the
-    byte offset where each line starts; None when a line does not have exactly that
-    layout.
+    of ``data`` (every line starting with one; the last may lack its newline); None when
+    a line does not have exactly that layout.
 
     The value is what :func:`~watchdog.sources.replay.convert.parse_timestamps` gives for
     a naive UTC time: integer microseconds divided by 1e6.
@@ -81,4 +80,4 @@ def times(data: bytes, width: int, rows: int) -> tuple[np.ndarray, np.ndarray] |
     if not bool((days < after).all()):  # Feb 30 and the like
         return None
     us = ((days * 86_400 + hour * 3_600 + minute * 60 + sec) * 1_000_000 + ms * 1_000)
-    return us.astype(np.float64) / 1e6, starts
+    return us.astype(np.float64) / 1e6

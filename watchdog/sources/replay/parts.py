@@ -28,7 +28,7 @@ import io
 import mmap
 import re
 import warnings as _warnings
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
 
 import pandas as pd
@@ -192,10 +192,10 @@ class Parts:
         """Timestamps and conversion of a parsed part that starts at byte ``a``."""
         prep, width = self.prep, self.ts_width
         if width is not None:
-            got = fixedtime.times(data, width, len(raw))
-            if got is None:
+            secs = fixedtime.times(data, width, len(raw))
+            if secs is None:
                 raise NotInParts("a timestamp of another layout")
-            raw.insert(0, "timestamp", got[0])
+            raw.insert(0, "timestamp", secs)
         raw.columns = self.columns
 
         def where(row: int) -> str:  # only for messages: the line layout is found then
@@ -244,7 +244,7 @@ def _blank(col: pd.Series) -> bool:
     return any(not str(v).strip() for v in values)
 
 
-def merge_warnings(head: list[str], lines: list[str], order: list[str] = ()) -> list[str]:  # type: ignore[assignment]
+def merge_warnings(head: list[str], lines: list[str], order: Sequence[str] = ()) -> list[str]:
     """The parts' warnings as the whole-file reader words them: the header's once, then
     the absurd values of each column as one line (its first place, the total count), in
     column order (``order``: metric names as the columns were converted)."""
