@@ -74,7 +74,7 @@ def cut(data: mmap.mmap, start: int, end: int, width: int | None) -> list[tuple[
 
 
 class Parts:
-    """Iterate :class:`Recording` parts of one log, parsed ahead on one worker thread.
+    """Iterate :class:`Recording` parts of one log, parsed ahead on ``WORKERS`` threads.
 
     Use as a context manager (the worker and the memory map are released on exit);
     iterate once. ``devices()`` are the first part's GPUs.
@@ -110,12 +110,16 @@ class Parts:
         self.body = body
         self.size = prep.body_end - body  # bytes of data lines
         self.done_bytes = 0  # of them in the parts handed out so far
-        # with the timestamps read from the bytes, parts end on a tick (every row of a
-        # time in one part); otherwise a part's last tick may go on in the next one
-        self.aligned = self.ts_width is not None
         self.ranges = cut(self._map, body, prep.body_end, self.ts_width)
         self._pool: ThreadPoolExecutor | None = None
         self._parts: list[Recording] = []
+
+    @property
+    def aligned(self) -> bool:
+        """Whether every part ends on a tick (every row of a time in one part): so when
+        the timestamps are read from the bytes; otherwise a part's last tick may go on in
+        the next one."""
+        return self.ts_width is not None
 
     # --- lifetime -------------------------------------------------------------------------
     def __enter__(self) -> Parts:
