@@ -100,6 +100,24 @@ def test_counters_advance_and_violation_ns_to_s(source, clock):
     assert b.values["energy.total"] > a.values["energy.total"]
 
 
+def test_slow_group_read_every_slow_interval_and_carried_between(source, fake, clock):
+    first = source.sample(clock.now())[0]
+    assert fake.calls["nvmlDeviceGetPcieThroughput"] == 16  # 2 per GPU
+    for _ in range(9):  # 9 more ticks at 1 Hz: inside the 10 s slow interval
+        clock.advance(1.0)
+        later = source.sample(clock.now())[0]
+    assert fake.calls["nvmlDeviceGetPcieThroughput"] == 16
+    assert fake.calls["nvmlDeviceGetViolationStatus"] == 32
+    assert fake.calls["nvmlDeviceGetUtilizationRates"] == 80  # fast reads every tick
+    assert later.values["violation.sync_boost"] == first.values["violation.sync_boost"]
+    assert later.values["pcie.tx_throughput"] == first.values["pcie.tx_throughput"]
+    assert later.values["energy.total"] > first.values["energy.total"]
+    clock.advance(1.0)  # 10 s after the first read: due again
+    due = source.sample(clock.now())[0]
+    assert fake.calls["nvmlDeviceGetPcieThroughput"] == 32
+    assert due.values["violation.sync_boost"] > first.values["violation.sync_boost"]
+
+
 def test_gpm_needs_two_samples(source, clock):
     first = source.sample(clock.now())[0]
     assert first.values["gpm.sm_activity"] is None

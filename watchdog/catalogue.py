@@ -47,6 +47,10 @@ METRICS: tuple[Metric, ...] = (
     _M("memory.used", "MiB", "gauge", "nvmlDeviceGetMemoryInfo(version=2).used",
        "Framebuffer memory in use (v2 API excludes driver-reserved memory where present).",
        ("memory.used [MiB]",)),
+    _M("processes.serving", "bool", "gauge",
+       "nvmlDeviceGetComputeRunningProcesses + /proc/<pid>/cmdline (watchdog.serving)",
+       "1 if an inference server (vLLM, Triton, TGI, SGLang, Ollama...) holds this GPU, "
+       "0 if its processes are known and none serves.", ()),
     _M("memory.total", "MiB", "gauge", "nvmlDeviceGetMemoryInfo(version=2).total",
        "Framebuffer memory size.", ("memory.total [MiB]",)),
     # --- power and energy -------------------------------------------------------------
@@ -101,6 +105,10 @@ METRICS: tuple[Metric, ...] = (
        "Percent of cycles any tensor pipe was active.", ()),
     _M("gpm.dram_bandwidth", "%", "gauge", "nvmlGpmMetricsGet(NVML_GPM_METRIC_DRAM_BW_UTIL)",
        "DRAM bandwidth used as a percent of peak.", ()),
+    # --- the watcher's own reading ---------------------------------------------------
+    _M("nvml.errors", "calls", "gauge", "(the agent: failed or timed-out NVML calls)",
+       "NVML calls on this GPU that failed or did not return within their deadline in "
+       "this reading: a wedged driver, the GPU cannot be watched.", ()),
     # --- memory errors ----------------------------------------------------------------
     _M("ecc.errors.corrected.volatile.total", "count", "counter",
        "nvmlDeviceGetTotalEccErrors(CORRECTED, VOLATILE_ECC)",

@@ -13,7 +13,7 @@ from typing import Any
 
 KINDS: tuple[str, ...] = (
     "comm_hang", "stall", "thermal_throttle", "hw_slowdown", "memory_pressure", "gpu_lost",
-    "xid", "ecc", "pcie_degraded", "nvlink_errors", "straggler", "anomaly",
+    "xid", "ecc", "pcie_degraded", "nvlink_errors", "straggler", "anomaly", "nvml_error",
 )
 SEVERITIES: tuple[str, ...] = ("info", "warning", "critical")
 

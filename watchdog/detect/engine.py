@@ -37,9 +37,12 @@ MAX_BLOCK_ROWS = 131_072
 @dataclass(frozen=True)
 class DetectorConfig:
     """Engine settings. ``max_gap`` (s): longest interval a sample's weight covers, and
-    how old a GPU's latest sample may be before node rules treat it as missing."""
+    how old a GPU's latest sample may be before node rules treat it as missing.
+    ``learn_power_levels``: learn each GPU's idle and busy power from the data (False: the
+    fallbacks only, for a burst too short to hold any history; see ``signals.Learned``)."""
 
     max_gap: float = 30.0
+    learn_power_levels: bool = True
 
 
 @dataclass
@@ -83,7 +86,7 @@ class Detector:
             self._ev.declare(node)
         self._gpus: dict[str, _Gpu] = {}
         self._slots: list[_Gpu] = []
-        self._learned = Learned()
+        self._learned = Learned(self.config.learn_power_levels)
         for d in devices:
             self._add_gpu(d.uuid, d.index, d)
         self._machines = {r.name: Machine(r.for_s, r.keep_firing_for, r.learned)
@@ -182,6 +185,37 @@ class Detector:
             if m is not None and m.learner is not None:
                 m.learner.load(d)
 
+    def learned_levels(self) -> dict[str, dict[str, float | None]]:
+        """Each GPU's learned idle and busy power (W) and highest SM clock seen (MHz), by
+        UUID (None where nothing was learned yet), for persistence."""
+        lr = self._learned
+        lr.grow(len(self._slots))
+        return {g.uuid: {"idle_w": _opt(lr.idle_w[g.slot]), "busy_w": _opt(lr.busy_w[g.slot]),
+                         "max_sm_mhz": _opt(lr.max_sm_mhz[g.slot])} for g in self._slots}
+
+    def load_learned_levels(self, levels: dict[str, dict[str, float | None]]) -> None:
+        """Restore :meth:`learned_levels` output for the GPUs this detector knows (by UUID;
+        others are ignored). Call before the first sample: learning goes on from there."""
+        lr = self._learned
+        lr.grow(len(self._slots))
+        for g in self._slots:
+            lv = levels.get(g.uuid)
+            if not lv:
+                continue
+            for key, arr in (("idle_w", lr.idle_w), ("busy_w", lr.busy_w),
+                             ("max_sm_mhz", lr.max_sm_mhz)):
+                v = lv.get(key)
+                if v is not None and math.isfinite(v):
+                    arr[g.slot] = float(v)
+
+    def forget_resolved(self) -> int:
+        """Drop resolved incidents from memory (a daemon running for months keeps only
+        what is active; the state database has the history). Returns how many."""
+        keep = [inc for inc in self._incidents if inc.resolved_at is None]
+        n = len(self._incidents) - len(keep)
+        self._incidents = keep
+        return n
+
     # --- input handling -----------------------------------------------------------------
     def _sort_key(self, inc: Incident) -> tuple[float, float, int, int]:
         return (inc.started_at, inc.fired_at or 0.0, self._order.get(inc.rule, 0),
@@ -241,8 +275,6 @@ class Detector:
             self._process_block(cols)
 
     def _process_block(self, cols: dict[str, np.ndarray]) -> None:
-        import pandas as pd
-
         self._last_tick = max(self._last_tick, float(cols["ts"][-1]))
         codes, uniq = blockrows.factorize(cols["uuid"], cols["ts"])
         order = blockrows.by_gpu(codes, len(uniq))
@@ -252,7 +284,7 @@ class Detector:
             cols = blockrows.concat(cols, extra)
             by_ts = np.argsort(cols["ts"], kind="stable")
             cols = {k: v[by_ts] for k, v in cols.items()}
-            codes, uniq = pd.factorize(cols["uuid"])
+            codes, uniq = blockrows.codes_by_first(cols["uuid"])
             order = np.argsort(codes, kind="stable")
             bounds = np.searchsorted(codes[order], np.arange(len(uniq) + 1))
         metric_names = [k for k in cols if k in catalogue.BY_NAME]
@@ -530,3 +562,8 @@ def _names(node: Any) -> set[str]:
 
 def _f(v: float | None) -> float:
     return math.nan if v is None else float(v)
+
+
+def _opt(v: float) -> float | None:
+    """A learned value, None when not learned (NaN)."""
+    return None if math.isnan(v) else float(v)

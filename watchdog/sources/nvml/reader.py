@@ -17,6 +17,7 @@ from dataclasses import replace
 from typing import Any
 
 from watchdog.model import ProcessInfo
+from watchdog.serving import serving_value
 from watchdog.sources.nvml.deadline import Lane
 from watchdog.sources.nvml.errors import (
     FUNCTION_NOT_FOUND,
@@ -79,6 +80,7 @@ class DeviceReader:
         self.skip: set[str] = set()
         self.older: set[str] = set()
         self.procs: dict[int, ProcessInfo] = {}  # pid -> /proc details seen last tick
+        self.slow_values: dict[str, float | None] = {}  # the slow group's last reading
 
     def call(self, field: str, name: str, *args: Any, **kwargs: Any) -> Any:
         """``pynvml.<name>(handle, *args)``; None when missing; raises GpuLost."""
@@ -121,8 +123,13 @@ class DeviceReader:
         return None
 
     # --- one sample -----------------------------------------------------------------------
-    def read(self) -> tuple[dict[str, float | None], tuple[ProcessInfo, ...] | None]:
-        """Values keyed by catalogue name and the running compute processes."""
+    def read(self, slow: bool = True
+             ) -> tuple[dict[str, float | None], tuple[ProcessInfo, ...] | None]:
+        """Values keyed by catalogue name and the running compute processes.
+
+        ``slow``: also re-read the slow group (:meth:`_slow`); otherwise its last values
+        are carried forward (the first read always reads it).
+        """
         self.errors = []
         nv = self.nv
         v: dict[str, float | None] = {}
@@ -140,24 +147,41 @@ class DeviceReader:
             v[name] = _scaled(self.call(name, "nvmlDeviceGetClockInfo", clock), 1.0)
         v["clocks_event_reasons.active"] = self._reasons()
         v["pstate"] = _scaled(self.call("pstate", "nvmlDeviceGetPerformanceState"), 1.0)
-        for policy, name in VIOLATIONS:
-            t = self.call(name, "nvmlDeviceGetViolationStatus", policy)
-            v[name] = t.violationTime * 1e-9 if t is not None else None
+        if slow or not self.slow_values:
+            self.slow_values = self._slow()
+        v.update(self.slow_values)
         self._fields(v)
-        v["retired_pages.count"] = self._retired_pages()
         v["pcie.link.gen.current"] = _scaled(
             self.call("pcie.link.gen.current", "nvmlDeviceGetCurrPcieLinkGeneration"), 1.0)
         v["pcie.link.width.current"] = _scaled(
             self.call("pcie.link.width.current", "nvmlDeviceGetCurrPcieLinkWidth"), 1.0)
-        v["pcie.tx_throughput"] = _scaled(self.call(
-            "pcie.tx_throughput", "nvmlDeviceGetPcieThroughput", nv.NVML_PCIE_UTIL_TX_BYTES), 1.0)
-        v["pcie.rx_throughput"] = _scaled(self.call(
-            "pcie.rx_throughput", "nvmlDeviceGetPcieThroughput", nv.NVML_PCIE_UTIL_RX_BYTES), 1.0)
         if self.gpm is not None:
             v.update(self.gpm.read(self))
         else:  # every catalogue metric is present; missing ones are None
             v.update({name: None for _, name in GPM_METRICS})
-        return v, self._processes()
+        procs = self._processes()
+        v["processes.serving"] = serving_value(procs)  # stall waits: servers idle by design
+        return v, procs
+
+    def _slow(self) -> dict[str, float | None]:
+        """The slow group: 8 calls no rule needs every tick, read on their own schedule.
+
+        Violation times (cumulative ns counters: a later read loses nothing), retired-page
+        counts (cumulative; the ecc rule's urgent signals, pending retirements and remaps,
+        come every tick from the field values) and PCIe throughput (a 20 ms sample inside
+        the driver that blocks about 8 ms per call on an H100, two calls per GPU).
+        """
+        nv = self.nv
+        v: dict[str, float | None] = {}
+        for policy, name in VIOLATIONS:
+            t = self.call(name, "nvmlDeviceGetViolationStatus", policy)
+            v[name] = t.violationTime * 1e-9 if t is not None else None
+        v["retired_pages.count"] = self._retired_pages()
+        v["pcie.tx_throughput"] = _scaled(self.call(
+            "pcie.tx_throughput", "nvmlDeviceGetPcieThroughput", nv.NVML_PCIE_UTIL_TX_BYTES), 1.0)
+        v["pcie.rx_throughput"] = _scaled(self.call(
+            "pcie.rx_throughput", "nvmlDeviceGetPcieThroughput", nv.NVML_PCIE_UTIL_RX_BYTES), 1.0)
+        return v
 
     def _memory(self, v: dict[str, float | None]) -> None:
         # v2 (driver 510+) reports used memory without the driver's reserved share

@@ -2,9 +2,12 @@
 
 Opening runs ``nvmlInit`` and the inventory under deadlines (a system lane, then one lane
 per GPU, in parallel). ``sample(now)`` submits one read job per GPU to its lane and waits
-for all of them, each NVML call bounded by ``call_timeout`` seconds: a wedged call marks
-that GPU's sample with an error naming the call and the GPU is skipped (with an error)
-until the stuck call returns; the other GPUs are unaffected. The caller owns the clock:
+for all of them (one batch per GPU per tick: a single thread handoff, not one per call),
+each NVML call bounded by ``call_timeout`` seconds: a wedged call marks that GPU's sample
+with an error naming the call and the GPU is skipped (with an error) until the stuck call
+returns; the other GPUs are unaffected. Slow-changing readings (the slow group, see
+``SLOW_INTERVAL``) are re-read every ``slow_interval`` seconds of the injected clock and
+carried forward in between. The caller owns the clock:
 ``now`` stamps the samples and the XID events they hand out.
 
 No pandas or scikit-learn here: this is on the ``watchdog check`` start-up path.
@@ -25,6 +28,11 @@ from watchdog.sources.nvml.gpm import GpmState
 from watchdog.sources.nvml.inventory import cuda_version, read_inventory
 from watchdog.sources.nvml.reader import DeviceReader
 from watchdog.sources.nvml.xid import XidWatcher
+
+# Seconds between reads of the slow group (DeviceReader._slow: violation counters, retired
+# page counts, PCIe throughput). No rule reads them; counters lose nothing by a later read,
+# and a throughput snapshot every 10 s describes a link as well as one a second.
+SLOW_INTERVAL = 10.0
 
 _Read = tuple[dict[str, float | None], tuple[ProcessInfo, ...] | None, tuple[str, ...]]
 
@@ -55,8 +63,8 @@ class _Gpu(DeviceReader):
         except GpuLost:
             self.lost_seen = True
 
-    def read_job(self) -> _Read:
-        values, procs = self.read()
+    def read_job(self, slow: bool = True) -> _Read:
+        values, procs = self.read(slow)
         return values, procs, tuple(self.errors)
 
 
@@ -69,7 +77,8 @@ class NvmlSource:
     """
 
     def __init__(self, host: str | None = None, call_timeout: float = 2.0, *,
-                 kmsg_path: str = "/dev/kmsg", proc_root: str = "/proc") -> None:
+                 kmsg_path: str = "/dev/kmsg", proc_root: str = "/proc",
+                 slow_interval: float = SLOW_INTERVAL) -> None:
         try:
             import pynvml as nv
         except ImportError as e:
@@ -78,6 +87,8 @@ class NvmlSource:
             ) from None
         self.host = host or socket.gethostname()
         self.call_timeout = call_timeout
+        self.slow_interval = slow_interval
+        self._next_slow = float("-inf")
         self._nv = nv
         self._closed = False
         self._sys = Lane("nvml-system")
@@ -138,6 +149,9 @@ class NvmlSource:
         """One reading of every GPU, stamped ``now`` (POSIX seconds, injected clock)."""
         jobs: dict[int, Any] = {}
         out: dict[int, Sample] = {}
+        slow = now >= self._next_slow
+        if slow:
+            self._next_slow = now + self.slow_interval
         for g in self._gpus:
             uuid = g.info.uuid
             if g.lane.busy:
@@ -149,7 +163,7 @@ class NvmlSource:
                 out[g.index] = Sample(now, uuid, g.index, lost=g.lost_seen,
                                       errors=(g.open_error,) if g.open_error else ())
             else:
-                jobs[g.index] = g.lane.submit(g.read_job)
+                jobs[g.index] = g.lane.submit(lambda g=g: g.read_job(slow))
         for g in self._gpus:
             if g.index not in jobs:
                 continue

@@ -1,0 +1,54 @@
+"""``watchdog status``: what the agent is doing, read from its state directory.
+
+Works on a running or a stopped agent, as the service's user or as root (the state
+database is opened read-only; nothing is written). ``--config`` is the file the service
+runs with (it names ``state_dir``); without it, ``$STATE_DIRECTORY`` or the per-user
+default. Exit status: 0 the agent wrote its status recently, 1 it looks stopped or stale,
+2 no state or bad input.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from typing import Any
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser("status", help="show the running agent's status",
+                       description=__doc__.split("\n\n")[1])
+    p.add_argument("--config", metavar="FILE", help="the daemon's config (for state_dir)")
+    p.add_argument("--state-dir", metavar="DIR", help="state directory (overrides the config)")
+    p.add_argument("--json", action="store_true", help="one JSON object on stdout")
+    p.set_defaults(func=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    from watchdog import config as config_mod
+    from watchdog.service.status import render, stale
+    from watchdog.state import connect, resolve_state_dir
+    from watchdog.state.agent import read_status, read_waits
+
+    cfg = config_mod.load(args.config) if args.config else config_mod.Config()
+    sdir = resolve_state_dir(args.state_dir or cfg.state_dir)
+    conn = connect(sdir, readonly=True)
+    try:
+        doc, written = read_status(conn)
+        waits = read_waits(conn)
+    finally:
+        conn.close()
+    if doc is None:
+        print(f"watchdog: {sdir}: the agent has not written a status yet", file=sys.stderr)
+        return 1
+    from watchdog.clock import WallClock
+
+    now = WallClock().now()
+    old = stale(doc, written, now)
+    out: dict[str, Any] = {**doc, "state_dir": str(sdir), "status_written_at": written,
+                           "stale": old, "learned_waits_stored": waits}
+    if args.json:
+        sys.stdout.write(json.dumps(out) + "\n")
+    else:
+        print(render(out, now))
+    return 1 if old else 0

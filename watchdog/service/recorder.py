@@ -1,0 +1,80 @@
+"""Continuous recording (config ``record: {dir: …, keep: 7d}``): every sample the agent
+reads goes to ``.wdrec`` files in ``dir``, one file per hour, files older than ``keep``
+deleted, so any incident the service raised can be replayed and plotted afterwards
+(``watchdog replay DIR/host-….wdrec --plot t.png``). A crash loses at most the chunk
+being written (one minute of samples)."""
+
+from __future__ import annotations
+
+import logging
+import os
+from datetime import UTC, datetime
+from pathlib import Path
+
+from watchdog.errors import InputError
+from watchdog.model import DeviceInfo, Sample
+
+log = logging.getLogger("watchdog.record")
+ROTATE_S = 3600.0
+
+
+class Recorder:
+    """Writes samples into hourly files under ``directory``; prunes files past ``keep_s``."""
+
+    def __init__(self, directory: str | os.PathLike[str], keep_s: float, *, host: str,
+                 devices: list[DeviceInfo], source: str) -> None:
+        self.dir = Path(directory)
+        try:
+            self.dir.mkdir(parents=True, exist_ok=True)
+        except OSError as e:
+            raise InputError(f"record.dir {self.dir}: cannot create: {e.strerror or e}") \
+                from None
+        self.keep_s = keep_s
+        self.host = host
+        self.devices = devices
+        self.source = source
+        self._writer = None
+        self._opened_at = 0.0
+
+    def write(self, now: float, samples: list[Sample]) -> None:
+        """Append one tick; rotate at the hour. Errors are logged, never raised."""
+        try:
+            if self._writer is None or now - self._opened_at >= ROTATE_S or \
+                    now < self._opened_at:
+                self._rotate(now)
+            assert self._writer is not None
+            self._writer.write(samples)
+        except Exception as e:  # noqa: BLE001 - a full disk must not stop detection
+            log.error("recording to %s failed: %s", self.dir, e)
+            self._writer = None
+
+    def _rotate(self, now: float) -> None:
+        from watchdog.sources.replay.recording import RecordingWriter
+
+        self.close()
+        stamp = datetime.fromtimestamp(now, tz=UTC).strftime("%Y%m%dT%H%M%SZ")
+        path = self.dir / f"{self.host}-{stamp}.wdrec"
+        rows = max(64, 60 * max(1, len(self.devices)))  # about a minute per chunk
+        self._writer = RecordingWriter(path, host=self.host, devices=self.devices,
+                                       source=self.source, chunk_rows=rows)
+        self._opened_at = now
+        self.prune(now)
+
+    def prune(self, now: float) -> int:
+        """Delete recordings whose last write is older than ``keep_s`` (by file time)."""
+        n = 0
+        for p in self.dir.glob(f"{self.host}-*.wdrec"):
+            try:
+                if p.stat().st_mtime < now - self.keep_s:
+                    p.unlink()
+                    n += 1
+            except OSError:
+                continue
+        return n
+
+    def close(self) -> None:
+        if self._writer is not None:
+            try:
+                self._writer.close()
+            finally:
+                self._writer = None

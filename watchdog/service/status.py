@@ -1,0 +1,70 @@
+"""Render the agent's status document (``watchdog status``) for a person."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+from typing import Any
+
+from watchdog.report.table import duration, gpu_list
+
+
+def stale(doc: dict[str, Any], written: float | None, now: float) -> bool:
+    """Stopped, or no status written for 3 intervals plus 30 s (the agent writes every 5 s
+    of its clock; a simulated node at speed writes in simulated time, so compare with the
+    document's own clock where it runs ahead)."""
+    if doc.get("stopped_at") is not None or written is None:
+        return True
+    return now - written > 30.0 + 3 * float(doc.get("interval_s") or 1.0) and \
+        now - float(doc.get("now") or 0.0) > 30.0
+
+
+def _t(ts: float | None) -> str:
+    if ts is None:
+        return "never"
+    return datetime.fromtimestamp(ts, tz=UTC).strftime("%Y-%m-%d %H:%M:%SZ")
+
+
+def render(doc: dict[str, Any], now: float) -> str:
+    """A short report: state line, GPUs, timing, errors, incidents, learned waits."""
+    lines = []
+    state = "STOPPED" if doc.get("stopped_at") else "STALE" if doc.get("stale") else "RUNNING"
+    up = float(doc.get("now") or now) - float(doc.get("started_at") or now)
+    lines.append(f"agent {state} on {doc.get('host')} · source {doc.get('source')} "
+                 f"({doc.get('source_state')}) · version {doc.get('version')} · up "
+                 f"{duration(up)} · state {doc.get('state_dir')}")
+    if doc.get("source_error"):
+        lines.append(f"  GPUs not readable: {doc['source_error']}")
+    gpus = doc.get("gpus") or []
+    lines.append(f"GPUs: {len(gpus)}" + "".join(
+        f"\n  {g['index']}  {g.get('name') or '?'}  {g['uuid']}" for g in gpus))
+    lag = doc.get("lag_s") or {}
+    det = doc.get("detect_ms") or {}
+    lines.append(f"sampling: every {doc.get('interval_s'):g}s · {doc.get('ticks')} ticks · "
+                 f"last sample {_t(doc.get('last_sample_at'))} · missed {doc.get('missed_ticks')}"
+                 f" · lag last {lag.get('last', 0):.3f}s max {lag.get('max', 0):.3f}s")
+    lines.append(f"rule evaluation: last {det.get('last', 0):.1f} ms, max "
+                 f"{det.get('max', 0):.1f} ms · tick CPU {doc.get('tick_cpu_ms', 0):.1f} ms")
+    errs = doc.get("nvml_errors") or {}
+    lines.append(f"NVML errors: {errs.get('total', 0)}" + (
+        " (" + ", ".join(f"{u}: {n}" for u, n in sorted(errs.get("by_gpu", {}).items())) + ")"
+        if errs.get("by_gpu") else ""))
+    active = doc.get("active_incidents") or []
+    lines.append(f"active incidents: {len(active)}")
+    for inc in active:
+        gp = f"GPU {gpu_list(inc['gpus'])}" if inc.get("gpus") else "node"
+        lines.append(f"  {inc['severity'].upper():8} {inc['kind']:16} {gp} since "
+                     f"{_t(inc.get('started_at'))}: {inc.get('summary')}")
+    waits = doc.get("learned_waits") or {}
+    if waits:
+        lines.append("learned waits: " + ", ".join(
+            f"{rule} {duration(w['longest_s'])} over {w.get('episodes', 0)} episodes"
+            if w.get("longest_s") is not None else f"{rule} not learned yet"
+            for rule, w in sorted(waits.items())))
+    m = doc.get("metrics")
+    if m:
+        lines.append(f"metrics: {m['listen']}" + (f" NOT SERVING: {m['error']}"
+                                                  if m.get("error") else ""))
+    if doc.get("alerting"):
+        lines.append(f"alerting: {doc['alerting']}")
+    lines.append(f"status written {_t(doc.get('status_written_at'))}")
+    return "\n".join(lines)

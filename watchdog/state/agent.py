@@ -1,0 +1,186 @@
+"""The agent's own tables: learned state, incidents it raised, and its status.
+
+* ``learned_waits``: the learned ``for:`` of rules such as the hang rule (the longest
+  legitimate wait this node has shown, s), per host and rule.
+* ``learned_levels``: each GPU's learned idle and busy power (W) and highest SM clock
+  seen (MHz), per GPU UUID, so a restart judges power against the GPU's own levels at
+  once instead of the enforced limit.
+* ``incidents``: what the detector raised, with every transition, for ``watchdog status``
+  and post-mortems; resolved ones are pruned after ``retention`` (default 90 days).
+* ``agent_status``: one row the running agent rewrites every few seconds (uptime, last
+  sample, lag, missed ticks, NVML errors, rule evaluation time) for ``watchdog status``.
+
+Rows carry a ``namespace``: ``nvml`` for real GPUs, ``sim`` for a simulated node, so a
+simulated source never reads or writes a real node's learned state.
+"""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+import threading
+from typing import Any
+
+from watchdog.incident import Incident
+from watchdog.state.db import migrate
+
+STEPS = (
+    """
+    CREATE TABLE learned_waits (
+        namespace TEXT NOT NULL, host TEXT NOT NULL, rule TEXT NOT NULL,
+        state TEXT NOT NULL, updated_at REAL NOT NULL,
+        PRIMARY KEY (namespace, host, rule));
+    CREATE TABLE learned_levels (
+        namespace TEXT NOT NULL, uuid TEXT NOT NULL,
+        idle_w REAL, busy_w REAL, max_sm_mhz REAL, updated_at REAL NOT NULL,
+        PRIMARY KEY (namespace, uuid));
+    CREATE TABLE incidents (
+        id TEXT PRIMARY KEY, namespace TEXT NOT NULL, host TEXT NOT NULL,
+        kind TEXT NOT NULL, severity TEXT NOT NULL, rule TEXT NOT NULL,
+        gpus TEXT NOT NULL, uuids TEXT NOT NULL, started_at REAL NOT NULL,
+        fired_at REAL, resolved_at REAL, summary TEXT NOT NULL, evidence TEXT NOT NULL,
+        updated_at REAL NOT NULL);
+    CREATE INDEX incidents_active ON incidents (resolved_at);
+    CREATE TABLE agent_status (
+        id INTEGER PRIMARY KEY CHECK (id = 1), doc TEXT NOT NULL, updated_at REAL NOT NULL)
+    """,
+)
+
+DAY = 86_400.0
+
+
+class AgentStore:
+    """The agent's tables on one connection (thread-safe: one lock around each call)."""
+
+    def __init__(self, conn: sqlite3.Connection, namespace: str) -> None:
+        self.conn = conn
+        self.namespace = namespace
+        self._lock = threading.Lock()
+        migrate(conn, "agent", STEPS)
+
+    # --- learned state ----------------------------------------------------------------
+    def load_learned(self, host: str) -> tuple[dict[str, dict[str, Any]],
+                                               dict[str, dict[str, float | None]]]:
+        """``(waits by rule, levels by GPU uuid)`` saved for this host and namespace."""
+        with self._lock:
+            waits = {rule: json.loads(state) for rule, state in self.conn.execute(
+                "SELECT rule, state FROM learned_waits WHERE namespace = ? AND host = ?",
+                (self.namespace, host))}
+            levels = {uuid: {"idle_w": i, "busy_w": b, "max_sm_mhz": m}
+                      for uuid, i, b, m in self.conn.execute(
+                          "SELECT uuid, idle_w, busy_w, max_sm_mhz FROM learned_levels "
+                          "WHERE namespace = ?", (self.namespace,))}
+        return waits, levels
+
+    def save_learned(self, host: str, waits: dict[str, dict[str, Any]],
+                     levels: dict[str, dict[str, float | None]], now: float) -> None:
+        """Replace what was learned (one transaction: a kill leaves old or new, not half)."""
+        with self._lock:
+            c = self.conn
+            c.execute("BEGIN IMMEDIATE")
+            try:
+                for rule, state in waits.items():
+                    c.execute("INSERT INTO learned_waits VALUES (?, ?, ?, ?, ?) "
+                              "ON CONFLICT (namespace, host, rule) DO UPDATE SET "
+                              "state = excluded.state, updated_at = excluded.updated_at",
+                              (self.namespace, host, rule, json.dumps(state), now))
+                for uuid, lv in levels.items():
+                    c.execute("INSERT INTO learned_levels VALUES (?, ?, ?, ?, ?, ?) "
+                              "ON CONFLICT (namespace, uuid) DO UPDATE SET "
+                              "idle_w = excluded.idle_w, busy_w = excluded.busy_w, "
+                              "max_sm_mhz = excluded.max_sm_mhz, "
+                              "updated_at = excluded.updated_at",
+                              (self.namespace, uuid, lv.get("idle_w"), lv.get("busy_w"),
+                               lv.get("max_sm_mhz"), now))
+                c.execute("COMMIT")
+            except BaseException:
+                c.execute("ROLLBACK")
+                raise
+
+    # --- incidents ----------------------------------------------------------------------
+    def record_incident(self, key: str, inc: Incident, now: float) -> None:
+        """Insert or update one incident (called on every transition)."""
+        row = (key, self.namespace, inc.host, inc.kind, inc.severity, inc.rule,
+               json.dumps(inc.gpus), json.dumps(inc.uuids), inc.started_at, inc.fired_at,
+               inc.resolved_at, inc.summary, json.dumps(inc.to_json()["evidence"]), now)
+        with self._lock:
+            self.conn.execute(
+                "INSERT INTO incidents VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?) "
+                "ON CONFLICT (id) DO UPDATE SET gpus = excluded.gpus, uuids = excluded.uuids, "
+                "fired_at = excluded.fired_at, resolved_at = excluded.resolved_at, "
+                "summary = excluded.summary, evidence = excluded.evidence, "
+                "updated_at = excluded.updated_at", row)
+
+    def active_incidents(self) -> list[dict[str, Any]]:
+        """Incidents not resolved, oldest first, as plain dicts."""
+        with self._lock:
+            cur = self.conn.execute(
+                "SELECT id, host, kind, severity, rule, gpus, uuids, started_at, fired_at, "
+                "summary FROM incidents WHERE resolved_at IS NULL AND namespace = ? "
+                "ORDER BY started_at", (self.namespace,))
+            rows = cur.fetchall()
+        return [{"id": r[0], "host": r[1], "kind": r[2], "severity": r[3], "rule": r[4],
+                 "gpus": json.loads(r[5]), "uuids": json.loads(r[6]), "started_at": r[7],
+                 "fired_at": r[8], "summary": r[9]} for r in rows]
+
+    def close_open_incidents(self, now: float, why: str) -> int:
+        """Mark incidents left active by an earlier run as resolved at ``now`` (the detector
+        that held them is gone; if the condition persists it is raised again)."""
+        with self._lock:
+            cur = self.conn.execute(
+                "UPDATE incidents SET resolved_at = ?, updated_at = ?, "
+                "summary = summary || ? WHERE resolved_at IS NULL AND namespace = ?",
+                (now, now, f" [{why}]", self.namespace))
+            return cur.rowcount
+
+    # --- status ---------------------------------------------------------------------------
+    def write_status(self, doc: dict[str, Any], now: float) -> None:
+        with self._lock:
+            self.conn.execute("INSERT INTO agent_status VALUES (1, ?, ?) ON CONFLICT (id) DO "
+                              "UPDATE SET doc = excluded.doc, updated_at = excluded.updated_at",
+                              (json.dumps(doc), now))
+
+    # --- retention ------------------------------------------------------------------------
+    def prune(self, now: float, retention_s: float = 90 * DAY) -> int:
+        """Delete incidents resolved more than ``retention_s`` ago and learned levels of
+        GPUs not seen for as long (a replaced board). Returns rows deleted."""
+        cut = now - retention_s
+        with self._lock:
+            n = self.conn.execute("DELETE FROM incidents WHERE resolved_at IS NOT NULL "
+                                  "AND resolved_at < ?", (cut,)).rowcount
+            n += self.conn.execute("DELETE FROM learned_levels WHERE updated_at < ?",
+                                   (cut,)).rowcount
+        return n
+
+
+def read_status(conn: sqlite3.Connection) -> tuple[dict[str, Any] | None, float | None]:
+    """The last status document and when it was written (None when never)."""
+    try:
+        row = conn.execute("SELECT doc, updated_at FROM agent_status WHERE id = 1").fetchone()
+    except sqlite3.OperationalError:  # tables not created yet
+        return None, None
+    return (json.loads(row[0]), row[1]) if row else (None, None)
+
+
+def read_active(conn: sqlite3.Connection) -> list[dict[str, Any]]:
+    """Active incidents of every namespace (read-only access for ``watchdog status``)."""
+    try:
+        rows = conn.execute(
+            "SELECT id, host, kind, severity, rule, gpus, started_at, fired_at, summary "
+            "FROM incidents WHERE resolved_at IS NULL ORDER BY started_at").fetchall()
+    except sqlite3.OperationalError:
+        return []
+    return [{"id": r[0], "host": r[1], "kind": r[2], "severity": r[3], "rule": r[4],
+             "gpus": json.loads(r[5]), "started_at": r[6], "fired_at": r[7],
+             "summary": r[8]} for r in rows]
+
+
+def read_waits(conn: sqlite3.Connection) -> list[dict[str, Any]]:
+    """Learned waits of every namespace and host."""
+    try:
+        rows = conn.execute("SELECT namespace, host, rule, state, updated_at "
+                            "FROM learned_waits ORDER BY host, rule").fetchall()
+    except sqlite3.OperationalError:
+        return []
+    return [{"namespace": r[0], "host": r[1], "rule": r[2], **json.loads(r[3]),
+             "updated_at": r[4]} for r in rows]
