@@ -52,6 +52,8 @@ SCENARIOS: tuple[tuple[str, str, float], ...] = (
     ("pcie_degraded", "sim:pcie_degraded", 900.0),
     ("straggler", "sim:straggler", 1500.0),
     ("thermal + xid + ecc", "sim:thermal_throttle,xid(code=48),ecc", 1800.0),
+    # a look-alike, not a fault: vLLM idle between bursts for up to an hour (no stall)
+    ("inference_server", "sim:inference_server", 3600.0),
 )
 MODELS = ("h100-sxm", "a100-pcie")
 INTERVALS = (1.0, 5.0)
@@ -119,8 +121,8 @@ def score_run(incidents: list[Any], truth: list[Any], s: Score, where: str,
 
 
 def run_sim(quick: bool, seeds: list[int], verbose: bool) -> dict[str, Score]:
-    from watchdog.commands.replay import detect, simulate
     from watchdog.detect import load_rules
+    from watchdog.pipeline.replay import detect, simulate
 
     rules = load_rules()
     out: dict[str, Score] = {}
@@ -150,8 +152,8 @@ def real_logs() -> list[tuple[str, Path, dict[str, str] | None, str | None]]:
 
 
 def run_real() -> list[tuple[str, int, int, list[str]]]:
-    from watchdog.commands.replay import detect
     from watchdog.detect import load_rules
+    from watchdog.pipeline.replay import detect
     from watchdog.sources.replay import open_log
 
     rules = load_rules()

@@ -19,8 +19,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from watchdog import cli
-from watchdog.commands.replay import detect, detect_parts
 from watchdog.detect import load_rules
+from watchdog.pipeline.replay import detect, detect_parts
 from watchdog.sources.replay import open_log, open_parts, smi_csv
 from watchdog.sources.replay import parts as parts_mod
 from watchdog.sources.replay.blob import Blob

@@ -69,6 +69,9 @@ class ProcessInfo:
     used_memory_mib: float | None = None
     job_id: str | None = None  # Slurm job id, from /proc/<pid>/environ or cgroup
     container: str | None = None  # container id or cgroup path
+    # an inference server (vLLM, Triton...) by its name or /proc/<pid>/cmdline; None =
+    # unknown. The command line itself is never kept: arguments may hold secrets.
+    serving: bool | None = None
 
     def to_dict(self) -> dict[str, Any]:
         return {f: getattr(self, f) for f in self.__slots__}  # type: ignore[attr-defined]

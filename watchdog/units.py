@@ -12,7 +12,12 @@ import re
 
 from watchdog.errors import InputError
 
-_UNIT = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0, "d": 86400.0}
+# The one duration grammar: options, config values, rule `for:` and the windows inside
+# rule conditions (watchdog.detect.lang tokenises DURATION_PATTERN and calls
+# parse_duration). A number and a unit, repeated: 90s, 5m, 1h30m, 0.5s, 250ms, 2d.
+UNITS = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0, "d": 86400.0}
+_UNIT = UNITS
+DURATION_PATTERN = r"(?:\d+(?:\.\d+)?(?:ms|s|m|h|d))+"
 _PART = re.compile(r"(\d+(?:\.\d+)?)(ms|s|m|h|d)")
 
 

@@ -9,21 +9,27 @@ from watchdog.sources import SourceOptions
 from watchdog.units import check_tz
 
 
-def add_source_args(p: argparse.ArgumentParser, default: str = "nvml") -> None:
-    """Add ``--source``, ``--map`` and the simulated-node options to ``p``."""
+def add_source_args(p: argparse.ArgumentParser, default: str | None = "nvml",
+                    sim_defaults: bool = True) -> None:
+    """Add ``--source``, ``--map`` and the simulated-node options to ``p``.
+
+    ``sim_defaults=False``: the simulated-node options default to None, so a command
+    that also reads a config can tell "not given" from an explicit value."""
     p.add_argument("--source", default=default, metavar="SPEC",
                    help="nvml | sim[:SCENARIO,…] | PATH to a log or recording "
-                        f"(default: {default})")
+                        f"(default: {default or 'see below'})")
     p.add_argument("--map", action="append", default=[], metavar="METRIC=COLUMN,…",
                    help="map catalogue metrics onto a foreign CSV's columns, "
                         "e.g. power.draw=power_W,temperature.gpu=temp_C")
     p.add_argument("--host", default=None, help="host name to report (default: this host)")
     add_tz_arg(p)
     sim = p.add_argument_group("simulated node (--source sim…)")
-    sim.add_argument("--gpus", type=int, default=8, help="number of simulated GPUs (default 8)")
-    sim.add_argument("--model", default="h100-sxm",
+    sim.add_argument("--gpus", type=int, default=8 if sim_defaults else None,
+                     help="number of simulated GPUs (default 8)")
+    sim.add_argument("--model", default="h100-sxm" if sim_defaults else None,
                      help="simulated GPU model: h100-sxm | a100-pcie (default h100-sxm)")
-    sim.add_argument("--seed", type=int, default=0, help="random seed (default 0)")
+    sim.add_argument("--seed", type=int, default=0 if sim_defaults else None,
+                     help="random seed (default 0)")
 
 
 def add_tz_arg(p: argparse.ArgumentParser) -> None:
@@ -50,7 +56,8 @@ def parse_map(items: list[str]) -> dict[str, str]:
                 raise InputError(f"--map {pair!r}: expected METRIC=COLUMN")
             metric, column = (s.strip() for s in pair.split("=", 1))
             name = catalogue.canonical(metric) or (
-                metric if metric in ("timestamp", "index", "uuid", "name") else None)
+                metric if metric in ("timestamp", "index", "uuid", "name", "pci.bus_id")
+                else None)
             if name is None or not column:
                 raise InputError(
                     f"--map {pair!r}: unknown metric {metric!r} "

@@ -24,8 +24,11 @@ def register(sub: argparse._SubParsersAction) -> None:
                        description=__doc__.split("\n\n")[1],
                        formatter_class=argparse.RawDescriptionHelpFormatter)
     add_source_args(p, default="nvml")
-    p.add_argument("--output", "-o", required=True, metavar="FILE",
-                   help="recording to write (conventionally *.wdrec)")
+    p.add_argument("--output", "-o", metavar="FILE",
+                   help="recording to write (conventionally *.wdrec; required)")
+    p.add_argument("--list-metrics", action="store_true",
+                   help="list the metric names (the --map targets) with unit and meaning, "
+                        "and exit")
     p.add_argument("--duration", default=DEFAULT_DURATION, metavar="DURATION",
                    help=f"how much (clock) time to record, e.g. 90s, 10m, 1h "
                         f"(default {DEFAULT_DURATION}; live sources only)")
@@ -45,6 +48,11 @@ def run(args: argparse.Namespace) -> int:
     from watchdog.sources import kind_of
     from watchdog.units import parse_duration
 
+    if args.list_metrics:
+        print(list_metrics())
+        return 0
+    if not args.output:
+        raise InputError("--output FILE is required (the recording to write)")
     options = source_options(args)
     duration = parse_duration(args.duration, what="--duration")
     interval = parse_duration(args.interval, what="--interval")
@@ -63,6 +71,19 @@ def run(args: argparse.Namespace) -> int:
                             interval=interval, realtime=args.realtime, chunk_rows=args.chunk)
     print(summary(stats))
     return 0
+
+
+def list_metrics() -> str:
+    """The catalogue as ``--map`` targets: one line per metric (name, unit, what it is,
+    other spellings), after the identity columns."""
+    from watchdog import catalogue
+
+    lines = ["identity: timestamp, index, uuid, name, pci.bus_id"]
+    width = max(len(m.name) for m in catalogue.METRICS)
+    for m in catalogue.METRICS:
+        also = f" (also {', '.join(m.aliases)})" if m.aliases else ""
+        lines.append(f"{m.name.ljust(width)}  {m.unit or '-':8} {m.help}{also}")
+    return "\n".join(lines)
 
 
 def convert_log(src: str, out: str, *, mapping: dict[str, str] | None, host: str | None,
@@ -135,5 +156,6 @@ def summary(stats: dict[str, Any]) -> str:
     span_txt = f"{h}h{m:02d}m{s:02d}s" if h else f"{m}m{s:02d}s"
     size = stats["bytes"]
     size_txt = f"{size / 1e6:.1f} MB" if size >= 1e6 else f"{size / 1e3:.1f} kB"
-    return (f"recorded {stats['gpus']} GPUs, {stats['samples']} samples over {span_txt}, "
+    gpus = f"{stats['gpus']} GPU{'' if stats['gpus'] == 1 else 's'}"
+    return (f"recorded {gpus}, {stats['samples']} samples over {span_txt}, "
             f"{size_txt} -> {stats['path']}")

@@ -65,7 +65,10 @@ def open_log(path: str | os.PathLike[str], *, mapping: dict[str, str] | None = N
 
         if mapping:
             raise InputError(f"{p}: --map does not apply to a watchdog recording")
-        return recording.read(p, blob.all(), host=host)  # default: the host it was recorded on
+        rec = recording.read(p, blob.all(), host=host)  # default: the host it was recorded on
+        if len(rec.frame) == 0:  # not a clean bill of health: nothing was looked at
+            raise InputError(f"{p}: a recording with no samples (nothing to replay)")
+        return rec
     host = host or Path(p).stem
     if kind == "dmon":
         from watchdog.sources.replay import dmon

@@ -26,6 +26,7 @@ class Blob:
     def __init__(self, path: str) -> None:
         self.path = path
         self._all: bytes | None = None
+        self.dropped = 0  # repeated header lines removed by drop_repeats
         try:
             with open(path, "rb") as f:
                 self.size = os.fstat(f.fileno()).st_size
@@ -57,6 +58,35 @@ class Blob:
                 raise InputError(f"{self.path}: cannot read: {e.strerror or e}") from None
             self.size = len(self._all)
         return self._all
+
+    def drop_repeats(self, line: bytes) -> int:
+        """Remove every later copy of the whole line ``line`` (a header that a logging loop
+        repeats before each sample); returns how many were removed. The bytes are then
+        held in memory (line numbers in later messages count the remaining lines)."""
+        data = self.all()
+        first = data.find(line)
+        if first < 0:
+            return 0
+        start = first + len(line)
+        rest = data[start:]
+        before = len(rest)
+        count = 0
+        for end in (b"\r\n", b"\n"):
+            pat = b"\n" + line + end
+            while True:  # consecutive repeats overlap in their newline: repeat until none
+                n = rest.count(pat)
+                if not n:
+                    break
+                count += n
+                rest = rest.replace(pat, b"\n")
+        if rest.endswith(b"\n" + line) or rest.endswith(b"\n" + line + b"\r"):
+            rest = rest[: rest.rfind(b"\n") + 1]  # a repeat as the last line, no newline
+            count += 1
+        if len(rest) != before:
+            self._all = data[:start] + rest
+            self.size = len(self._all)
+        self.dropped += count
+        return self.dropped
 
     def tail(self, n: int = HEAD) -> bytes:
         """The last ``n`` bytes (fewer for a small file)."""

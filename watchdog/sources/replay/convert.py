@@ -26,6 +26,7 @@ from dataclasses import dataclass, field
 import numpy as np
 import pandas as pd
 
+from watchdog import reasons
 from watchdog.errors import InputError
 
 MISSING_TEXT = frozenset({"", "n/a", "[n/a]", "[not supported]", "not supported", "-", "nan",
@@ -89,9 +90,7 @@ def parse_mask(text: str) -> float:
     if t.lower() in MISSING_TEXT:
         return math.nan
     try:
-        if t.lower().startswith("0x"):
-            return float(int(t, 16))
-        return float(int(float(t)))
+        return float(reasons.parse_mask(t))
     except ValueError:
         raise Unparsable(t) from None
 

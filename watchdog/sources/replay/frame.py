@@ -118,6 +118,28 @@ def standin_uuid(host: str, index: int) -> str:
     return f"{host}/gpu{index}"
 
 
+SNAP_S = 0.25  # most between consecutive rows of one nvidia-smi query (s)
+
+
+def snap_ticks(ts: np.ndarray, index: np.ndarray) -> np.ndarray:
+    """One time per tick: the rows of one ``nvidia-smi`` query carry the time each GPU was
+    read, 1-22 ms apart, but they are one reading of the node. Consecutive rows (in file
+    order) with rising GPU index and at most :data:`SNAP_S` apart take the time of the
+    tick's first row, so the detector sees whole ticks (node rules compare GPUs of one
+    tick; a tick per row would also cost a block evaluation per row). Rows already
+    sharing a time, or out of order, are left as they are."""
+    n = len(ts)
+    if n < 2:
+        return ts
+    d = np.diff(ts)
+    same_tick = (d > 0) & (d <= SNAP_S) & (np.diff(index) > 0)
+    if not same_tick.any():
+        return ts
+    starts = np.flatnonzero(np.concatenate(([True], ~same_tick)))
+    tick = np.cumsum(np.concatenate(([True], ~same_tick))) - 1
+    return ts[starts][tick]
+
+
 def build(*, path: str, host: str, fmt: str, ts: np.ndarray, uuid: np.ndarray,
           index: np.ndarray, lost: np.ndarray | None, metrics: dict[str, np.ndarray],
           inventory: dict[str, dict[str, object]] | None = None,
@@ -134,8 +156,8 @@ def build(*, path: str, host: str, fmt: str, ts: np.ndarray, uuid: np.ndarray,
     can be sorted).
     """
     n = len(ts)
-    ts = np.asarray(ts, dtype=np.float64)
     index = np.asarray(index, dtype=np.int64)
+    ts = snap_ticks(np.asarray(ts, dtype=np.float64), index)
     dts = np.diff(ts)
     is_sorted = bool(np.all((dts > 0) | ((dts == 0) & (np.diff(index) > 0))))
     if in_order and not is_sorted:

@@ -27,7 +27,10 @@ def normalise(mapping: dict[str, str], path: str) -> dict[str, str]:
             raise InputError(f"{path}: --map {key}={col}: unknown metric {key!r}")
         if not str(col).strip():
             raise InputError(f"{path}: --map {key}=: empty column name")
-        out[name] = str(col).strip()
+        col = str(col).strip()
+        if col.startswith("#") and col[1:].isdigit():
+            col = col[1:]  # power.draw=#5: the fifth column (the header is ignored)
+        out[name] = col
     return out
 
 

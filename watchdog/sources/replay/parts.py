@@ -36,7 +36,7 @@ import pandas as pd
 from watchdog.errors import InputError
 from watchdog.sources.replay import fixedtime, smi_csv
 from watchdog.sources.replay.blob import Blob
-from watchdog.sources.replay.frame import OutOfOrder, Recording
+from watchdog.sources.replay.frame import SNAP_S, OutOfOrder, Recording
 
 MIN_BYTES = 4 << 20  # smaller logs (~30 000 rows) parse in a blink: read them whole
 FIRST_BYTES = 2 << 20  # a small first part: the detector starts early
@@ -65,7 +65,17 @@ def cut(data: mmap.mmap, start: int, end: int, width: int | None) -> list[tuple[
         if width is not None:  # compare the next lines' timestamps with this line's
             line = data.rfind(b"\n", a, nl) + 1  # the line that ends at nl
             stamp = data[line:line + width]
-            while b < end and data[b:b + width] == stamp:
+            # the rows of one query are stamped a few ms apart (snap_ticks joins them):
+            # take lines while they are less than SNAP_S after the previous one
+            for _ in range(4096):
+                if b >= end:
+                    break
+                nxt_stamp = data[b:b + width]
+                if nxt_stamp != stamp:
+                    both = fixedtime.times(stamp + b",\n" + nxt_stamp + b",\n", width, 2)
+                    if both is None or not 0 < both[1] - both[0] <= SNAP_S:
+                        break
+                stamp = nxt_stamp
                 nxt = data.find(b"\n", b, end)
                 b = end if nxt < 0 else nxt + 1
         out.append((a, b))
@@ -88,6 +98,8 @@ class Parts:
         prep = self.prep
         if not prep.has_header or '"' in prep.first_line:
             raise NotInParts("no plain header line")
+        if prep.repeats:
+            raise NotInParts("repeated header lines")
         self.columns = [c.strip() for c in prep.first_line.split(",")]
         names = prep.first_line.split(",")
         self.dtypes = {i: "category" for i, n in enumerate(names) if n in (prep.dtypes or {})}

@@ -13,8 +13,11 @@ the individual ``Active``/``Not Active`` columns are folded into the bitmask whe
 is absent), ``P0`` pstates, leading spaces, several GPUs per file.
 
 A log without a header line needs a mapping by 1-based column number
-(``--map timestamp=1,index=2,power.draw=3``): ``nvidia-smi`` has no default field order to
-assume, and guessing would silently mislabel columns.
+(``--map timestamp=1,index=2,power.draw=3``, or ``#3``): ``nvidia-smi`` has no default
+field order to assume, and guessing would silently mislabel columns. With such a mapping
+a header line, if there is one, is ignored: the way out for a header that does not match
+its rows. A header repeated before every sample (a logging loop) is skipped and counted;
+``nvidia-smi``'s table output is recognised and answered with how to log CSV.
 """
 
 from __future__ import annotations
@@ -27,9 +30,9 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 
-from watchdog import catalogue
+from watchdog import catalogue, reasons
 from watchdog.errors import InputError
-from watchdog.sources.replay import convert
+from watchdog.sources.replay import convert, maxclock
 from watchdog.sources.replay.blob import Blob
 from watchdog.sources.replay.frame import OutOfOrder, Recording, build, standin_uuid
 
@@ -47,13 +50,12 @@ INVENTORY_NUMERIC: dict[str, tuple[str, str]] = {
 }
 INVENTORY_TEXT = {"name": "name", "pci.bus_id": "pci_bus_id", "serial": "serial",
                   "vbios_version": "vbios_version", "driver_version": "driver_version"}
-# Individual clock-event reason columns -> bit.
-REASON_BITS = {
-    "gpu_idle": 0x1, "applications_clocks_setting": 0x2, "sw_power_cap": 0x4,
-    "hw_slowdown": 0x8, "sync_boost": 0x10, "sw_thermal_slowdown": 0x20,
-    "hw_thermal_slowdown": 0x40, "hw_power_brake_slowdown": 0x80,
-    "display_clock_setting": 0x100,
-}
+# Individual clock-event reason columns -> bit: the one table in watchdog.reasons.
+REASON_BITS = reasons.SMI_COLUMNS
+# Distinct nvidia-smi fields read as a metric only when its own field is absent (current
+# drivers write both): power.draw.instant (instant vs 1 s average), power.limit (the
+# requested limit vs the enforced one). Both present is normal: no "repeats" warning.
+SECONDARY = {"power.draw.instant", "power.limit"}
 REASON_PREFIXES = ("clocks_event_reasons.", "clocks_throttle_reasons.")
 _PARSER_ERR = re.compile(r"Expected (?P<want>\d+) fields in line (?P<line>\d+), saw (?P<saw>\d+)")
 
@@ -163,6 +165,8 @@ class Prep:
     body_end: int  # bytes read (a truncated last line is left out)
     lines: _Lines
     dtypes: dict[str, str] | None
+    repeats: int = 0  # repeated header lines dropped (the bytes are then in memory)
+    skip: int = 0  # lines read_csv skips: an ignored header (reading by column number)
 
     def where(self, row: int) -> str:
         """``file:line`` of data row ``row``."""
@@ -189,12 +193,49 @@ def prepare(path: str, blob: Blob, mapping: dict[str, str] | None) -> Prep:
     if not first_line:
         raise InputError(f"{path}: empty file (no lines)")
     first_no = head.count(b"\n", 0, pos) + 1
-    numbered = bool(mapping) and all(v.strip().isdigit() for v in mapping.values())
+    if first_line.startswith(("+---", "| NVIDIA-SMI", "|===")) or "NVIDIA-SMI" in first_line:
+        raise InputError(f"{path}:{first_no}: this is nvidia-smi's table output, not a log: "
+                         "record a CSV log with nvidia-smi --query-gpu=timestamp,index,uuid,"
+                         "utilization.gpu,memory.used,memory.total,power.draw,temperature.gpu,"
+                         "clocks.sm,clocks_event_reasons.active --format=csv -l 1 > gpu.csv "
+                         "(or use watchdog record)")
+    numbered = bool(mapping) and all(v.strip().lstrip("#").isdigit() for v in mapping.values())
+    if numbered:
+        mapping = {k: v.strip().lstrip("#") for k, v in mapping.items()}
     has_header = not numbered and looks_like_header(first_line)
+    skip = 0  # lines before the first data row that read_csv must skip (header ignored)
+    if numbered and looks_like_header(first_line):
+        # the user reads by column number: a header (e.g. one that does not match its
+        # rows) is ignored, the data starts on the next non-blank line
+        skip = first_no
+        while True:
+            pos = head.find(b"\n", pos) + 1
+            if pos <= 0 or pos >= len(head):
+                raise InputError(f"{path}:{first_no}: a header but no samples (nothing to "
+                                 "replay)")
+            nl = head.find(b"\n", pos)
+            line = head[pos:] if nl < 0 else head[pos:nl]
+            if line.strip():
+                break
+        warnings.append(f"{path}:{first_no}: header line ignored (--map by column number)")
+        first_line = line.decode("utf-8", "replace").strip()
+        first_no = head.count(b"\n", 0, pos) + 1
     if not has_header and not numbered:
         raise InputError(f"{path}:{first_no}: no header line; name the columns by number, "
                          "e.g. --map timestamp=1,index=2,power.draw=3")
     expected = first_line.count(",")
+    repeats = 0
+    raw_line = line.rstrip(b"\r")
+    if has_header and blob.dropped:
+        repeats = blob.dropped  # a second reader of the same blob (parts -> whole)
+    elif has_header and ((b"\n" + raw_line) in head[pos + len(line):] or (
+            blob.loaded and (b"\n" + raw_line) in blob.all()[pos + len(line):])):
+        # a log appended by `nvidia-smi --query-gpu=… --format=csv` in a loop: the header
+        # line before every sample. Identical repeats are dropped and counted.
+        repeats = blob.drop_repeats(raw_line)
+    if repeats:
+        warnings.append(f"{path}: {repeats} repeated header line(s) skipped (a log "
+                        "appended in a loop; add ,noheader to --format after the first)")
     body_end = blob.size
     tail = blob.tail()
     if not tail.endswith(b"\n"):
@@ -206,10 +247,10 @@ def prepare(path: str, blob: Blob, mapping: dict[str, str] | None) -> Prep:
             ln = blob.all().count(b"\n", 0, last_start) + 1
             warnings.append(f"{path}:{ln}: truncated last line dropped")
             body_end = last_start
-    lines = _Lines(lambda: blob.all()[:body_end], has_header)
+    lines = _Lines(lambda: blob.all()[:body_end], has_header or bool(skip))
     dtypes = _text_columns(head, pos, first_line) if has_header else None
     return Prep(path, blob, mapping, warnings, pos, first_no, first_line, has_header,
-                expected, body_end, lines, dtypes)
+                expected, body_end, lines, dtypes, repeats, skip)
 
 
 def read(path: str, blob: Blob, *, mapping: dict[str, str] | None, host: str,
@@ -237,6 +278,7 @@ def read(path: str, blob: Blob, *, mapping: dict[str, str] | None, host: str,
             _warnings.simplefilter("error", pd.errors.ParserWarning)
             with blob.reader(prep.body_end) as source:
                 raw = pd.read_csv(source, header=0 if has_header else None,
+                                  skiprows=prep.skip or None,
                                   index_col=False, skip_blank_lines=True, encoding="utf-8",
                                   encoding_errors="replace", dtype=prep.dtypes)
     except pd.errors.ParserWarning:  # the first data row is longer than the header
@@ -253,6 +295,8 @@ def read(path: str, blob: Blob, *, mapping: dict[str, str] | None, host: str,
         raise InputError(f"{path}: not a CSV log: {str(e).splitlines()[0][:120]}") from None
     except (ValueError, UnicodeError) as e:
         raise InputError(f"{path}: not a CSV log: {str(e).splitlines()[0][:120]}") from None
+    if len(raw) == 0:
+        raise InputError(f"{path}:{first_no}: a header but no samples (nothing to replay)")
     if raw.shape[1] != expected + 1:
         raise InputError(f"{path}:{first_no}: header has {expected + 1} fields but rows have "
                          f"{raw.shape[1]} (mismatched columns)")
@@ -330,6 +374,11 @@ def _assign(raw: pd.DataFrame, mapping: dict[str, str], path: str,
             unknown.append(col)
             continue
         if role in roles:
+            if base in SECONDARY:  # power.draw.instant beside power.draw: a field of its own
+                continue
+            if _base(roles[role]) in SECONDARY and roles[role] not in taken:
+                roles[role] = col  # the canonical field wins over the stand-in seen first
+                continue
             warnings.append(f"{path}:1: column {col!r} repeats {role!r}; the first is used")
             continue
         roles[role] = col
@@ -368,6 +417,7 @@ def _convert(path: str, raw: pd.DataFrame, *, mapping: dict[str, str], host: str
             parse = convert.parse_pstate
         metrics[m] = convert.convert_column(raw[roles[m]], metric=m, unit=meta.unit,
                                             problems=problems, where=where, parse=parse)
+    _impossible_memory(metrics, problems, where)
     reason_cols = [r for r in roles if r.startswith("reason:")]
     if reason_cols and "clocks_event_reasons.active" not in metrics:
         mask = np.zeros(n, dtype=np.float64)
@@ -400,7 +450,10 @@ def _convert(path: str, raw: pd.DataFrame, *, mapping: dict[str, str], host: str
         table = np.array([*texts, ""], dtype=object)
         uuid = table[codes]
         if index is None:
-            index = codes.astype(np.int64)
+            # nvidia-smi's order is the order of first appearance (category codes would
+            # number GPUs by sorted UUID)
+            same = pd.factorize(table)[0][codes]
+            index = pd.factorize(same)[0].astype(np.int64)
         bad = (codes < 0) | np.isin(codes, bad_codes)
         if bad.any():
             rows = np.flatnonzero(bad)
@@ -424,6 +477,23 @@ def _convert(path: str, raw: pd.DataFrame, *, mapping: dict[str, str], host: str
                 row_errors=problems.errors, warnings=warnings, first_rows=first_rows,
                 in_order=part)
     return rec
+
+
+def _impossible_memory(metrics: dict[str, np.ndarray], problems: convert.Problems,
+                       where: Callable[[int], str]) -> None:
+    """``memory.used`` above ``memory.total`` (a wrong ``--map``, a shifted column) is not
+    used: one warning, the values become missing (a memory_pressure at 183063 % is not an
+    alert)."""
+    used, total = metrics.get("memory.used"), metrics.get("memory.total")
+    if used is None or total is None:
+        return
+    bad = used > total * 1.001  # NaN compares False
+    if bad.any():
+        rows = np.flatnonzero(bad)
+        problems.warnings.append(
+            f"{where(int(rows[0]))}: memory.used above memory.total in {len(rows)} row(s) "
+            f"(e.g. {used[rows[0]]:.0f} > {total[rows[0]]:.0f} MiB): not used (check --map)")
+        used[rows] = np.nan
 
 
 def _first_rows(codes: np.ndarray) -> np.ndarray:
@@ -461,4 +531,9 @@ def _inventory(raw: pd.DataFrame, roles: dict[str, str], uuid: np.ndarray,
                 if not np.isnan(v[r]):
                     val = float(v[r])
                     out[str(uuid[r])][field] = int(val) if field.startswith("pcie") else val
+    for info in out.values():  # no clocks.max.sm in the log: the model's known maximum
+        if "clocks_max_sm_mhz" not in info:
+            known = maxclock.max_sm_mhz(str(info.get("name") or ""))
+            if known is not None:
+                info["clocks_max_sm_mhz"] = known
     return out

@@ -27,6 +27,10 @@ scenario also takes ``gpus=`` and ``for=DURATION``):
   with replays (a quarter of them) and one link recovery; models with NVLink only.
 * ``straggler`` (``factor=X``, default 0.75): one GPU persistently slower than its
   peers (clocks, power, util duty) with no limiter bit to explain it.
+* ``inference_server``: not a fault, a look-alike. From the onset the node serves a model
+  (vLLM: ``python -m vllm.entrypoints...``): memory pinned at 90 % (the pre-allocated KV
+  cache), bursts of full use of 1-10 min between idle gaps of 6-60 min. No incident is
+  expected (it is not in the ground truth): a stall alert on it is a false alert.
 
 Defaults: onset 300 s after start for the first scenario, +600 s for each following
 one, moved past a healthy checkpoint if it would fall within a minute of one;
@@ -37,6 +41,7 @@ overlap. :meth:`Fault.record` is the ground truth.
 
 from __future__ import annotations
 
+import bisect
 from typing import Any, ClassVar
 
 from watchdog import reasons as R
@@ -57,6 +62,7 @@ class Fault:
     name: ClassVar[str] = ""
     kind: ClassVar[str] = ""
     scope: ClassVar[str] = "gpu"  # "gpu": one GPU by default; "node": all unclaimed GPUs
+    expects_incident: ClassVar[bool] = True  # False: a look-alike, not in the ground truth
     params_help: ClassVar[dict[str, str]] = {}
 
     def __init__(self, gpus: tuple[int, ...], onset: float, end: float | None,
@@ -339,10 +345,58 @@ class Straggler(Fault):
         st.reasons &= ~R.SW_POWER_CAP
 
 
+class InferenceServer(Fault):
+    """An inference server in place of the training job (see the module docs)."""
+
+    name = kind = "inference_server"
+    scope = "node"
+    expects_incident = False
+    MEM_FRAC = 0.90  # vLLM's default gpu_memory_utilization
+    BURST_S = (60.0, 600.0)
+    GAP_S = (360.0, 3600.0)
+    HORIZON_S = 30 * 86400.0
+
+    def configure(self, params: dict[str, str]) -> None:
+        """The burst schedule (s since start), from the job's seed: same for every GPU
+        (one model sharded over the node serves each request on all of them)."""
+        self.bursts: list[tuple[float, float]] = []
+        t, k = self.onset, 0
+        while t < self.onset + self.HORIZON_S:
+            gap = noise.uniform(*self.GAP_S, self.job.seed, _S_FAULT + 50, k)
+            burst = noise.uniform(*self.BURST_S, self.job.seed, _S_FAULT + 51, k)
+            self.bursts.append((t + gap, t + gap + burst))
+            t, k = t + gap + burst, k + 1
+
+    def _busy(self, t: float) -> bool:
+        i = bisect.bisect_right(self.bursts, (t, float("inf"))) - 1
+        return i >= 0 and self.bursts[i][0] <= t < self.bursts[i][1]
+
+    def apply(self, g: int, t: float, st: GpuState, tk: int) -> None:
+        m = self.job.model
+        u = self.u(g, tk)
+        st.serving = st.process = True
+        st.mem_used = self.MEM_FRAC * m.memory_total_mib
+        st.reasons = 0
+        if self._busy(t):  # decoding: busy, lighter than training
+            st.util = 100.0 - round(8.0 * u)
+            st.power = m.busy_low_w * (0.9 + 0.1 * u)
+            st.sm_mhz = m.max_sm_mhz
+            st.mem_util = 30.0 + 20.0 * u
+            st.sm_act, st.sm_occ, st.tensor, st.dram = 60.0 + 20 * u, 30.0, 20.0, 50.0
+            st.pcie_tx = st.pcie_rx = 5.0e4 + 1.0e5 * u
+            return
+        st.util = st.mem_util = st.sm_act = st.sm_occ = st.tensor = st.dram = 0.0
+        st.power = self.job.idle_w[g] * 1.1 + 5.0 * u
+        st.sm_mhz = m.idle_sm_mhz
+        st.reasons = R.GPU_IDLE
+        st.pcie_tx = st.pcie_rx = 1.0e3 * u
+
+
 SCENARIOS: dict[str, type[Fault] | None] = {
     "healthy": None,
     **{c.name: c for c in (CommHang, Stall, ThermalThrottle, HwSlowdown, MemoryPressure,
-                           GpuLost, Xid, Ecc, PcieDegraded, NvlinkErrors, Straggler)},
+                           GpuLost, Xid, Ecc, PcieDegraded, NvlinkErrors, Straggler,
+                           InferenceServer)},
 }
 COMMON_PARAMS = {"gpus": "GPU list: 3, 0-3, 0+2, all", "for": "duration (default: until the end)"}
 

@@ -53,8 +53,8 @@ class GpuState:
 
     __slots__ = ("cooling", "dram", "ecc_unc", "lost", "mem_used", "mem_util", "nvlink_extra",
                  "pcie_gen", "pcie_rx", "pcie_tx", "pcie_width", "power", "process", "reasons",
-                 "remap_pending", "replay_extra", "sm_act", "sm_mhz", "sm_occ", "tau_s",
-                 "tensor", "util")
+                 "remap_pending", "replay_extra", "serving", "sm_act", "sm_mhz", "sm_occ",
+                 "tau_s", "tensor", "util")
 
     def __init__(self) -> None:
         self.util = 0.0
@@ -68,6 +68,7 @@ class GpuState:
         self.tensor = 0.0
         self.dram = 0.0
         self.process = True
+        self.serving = False  # the process is an inference server (vLLM...), not a trainer
         self.pcie_gen = 0
         self.pcie_width = 0
         self.pcie_tx = 0.0

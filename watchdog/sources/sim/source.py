@@ -21,6 +21,7 @@ from typing import Any
 
 from watchdog.errors import InputError
 from watchdog.model import DeviceInfo, ProcessInfo, Sample, XidEvent
+from watchdog.serving import serving_value
 from watchdog.sources.sim import noise
 from watchdog.sources.sim.faults import build
 from watchdog.sources.sim.job import GpuState, TrainingJob
@@ -140,6 +141,8 @@ class SimSource:
         """The injected faults (none for ``healthy``), onset order."""
         out = []
         for f in self.faults:
+            if not f.expects_incident:  # a look-alike (inference_server): nothing to find
+                continue
             r = f.record()
             out.append(GroundTruth(
                 kind=r["kind"], scenario=r["scenario"], gpus=tuple(r["gpus"]),
@@ -228,5 +231,6 @@ class SimSource:
         if st.process:
             procs = (ProcessInfo(pid=self.job.pids[g], name="python",
                                  used_memory_mib=max(0.0, values["memory.used"] - 1.0),
-                                 job_id=self.job.slurm_job_id),)
+                                 job_id=self.job.slurm_job_id, serving=st.serving),)
+        values["processes.serving"] = serving_value(procs)
         return Sample(ts=now, uuid=uuid, index=g, values=values, processes=procs, xids=xids)
