@@ -87,10 +87,11 @@ def test_fewer_gpus_than_expected_is_critical(tmp_path, capsys):
 
 
 @pytest.mark.parametrize(("rest", "check"), [
-    (busy(0, mask="0x0000000000000020"), "clock_events"),
-    (busy(0, mem="81300 MiB"), "memory"),
+    (busy(0, mask="0x0000000000000020"), "thermal_throttle"),
+    (busy(0, mask="0x0000000000000048"), "thermal_throttle"),
+    (busy(0, mem="81300 MiB"), "memory_pressure"),
     (busy(0, power="98.00 W", mask="0x0000000000000000", mem_util="0 %", clock="1980 MHz"),
-     "hang"),
+     "comm_hang"),
 ])
 def test_warnings_exit_1(tmp_path, capsys, rest, check):
     log = write_log(tmp_path, {0: [rest]})
@@ -100,10 +101,12 @@ def test_warnings_exit_1(tmp_path, capsys, rest, check):
     assert [p["check"] for p in doc["problems"]] == [check]
 
 
-def test_hw_slowdown_through_the_window_is_critical(tmp_path, capsys):
-    log = write_log(tmp_path, {0: [busy(0, mask="0x0000000000000048")]})
+def test_hw_slowdown_without_thermal_is_critical(tmp_path, capsys):
+    """rules/throttle.yaml: hw_slowdown (0x8 / power brake 0x80, no thermal bit) is
+    critical; with the HW thermal bit (0x48 above) it is thermal_throttle, a warning."""
+    log = write_log(tmp_path, {0: [busy(0, mask="0x0000000000000088")]})
     rc, out, _ = run(capsys, "--source", log)
-    assert rc == 2 and "HW slowdown, HW thermal slowdown" in out
+    assert rc == 2 and "HW slowdown" in out and "hw_slowdown" in out
 
 
 def test_missing_file_is_unknown_with_one_line_on_stderr(tmp_path, capsys):

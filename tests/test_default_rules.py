@@ -7,10 +7,10 @@ from pathlib import Path
 
 import pytest
 
-from watchdog.commands.replay import detect, simulate
 from watchdog.detect import load_rules
 from watchdog.detect.ruletest import load_cases
 from watchdog.incident import KINDS
+from watchdog.pipeline.replay import detect, simulate
 
 REPO = Path(__file__).resolve().parent.parent
 RULES = REPO / "rules"

@@ -63,7 +63,7 @@ def test_ticks_are_the_distinct_sample_times(per_gpu: list[list[int]], same: boo
 @settings(max_examples=100, deadline=None)
 @given(blocks())
 def test_replay_gpu_count_is_nunique(block) -> None:  # type: ignore[no-untyped-def]
-    from watchdog.commands.replay import gpu_count
+    from watchdog.pipeline.replay import gpu_count
 
     ts, uuid = block
     frame = pd.DataFrame({"ts": ts, "uuid": uuid.astype(str)})

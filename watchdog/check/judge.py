@@ -17,13 +17,17 @@ Decisions (and why):
   **Other NVML errors** on a GPU (``Sample.errors`` without a timeout) make that GPU UNKNOWN:
   a field we could not read is a blind spot, not evidence of a fault (NotSupported never
   gets here: it is a missing value, ``None``).
-* Clock-event bits: SW power cap (0x4), sync boost (0x10), idle (0x1), locked clocks (0x2)
-  and display clocks (0x100) are normal. SW thermal slowdown (0x20) is a WARNING. HW slowdown
-  (0x8, with HW thermal 0x40 or power brake 0x80) is CRITICAL when it holds through the whole
-  burst, and a WARNING when seen only in part of it (the driver may report it briefly during a
-  P-state change).
-* The hang signature is only ever a WARNING: a burst of a few seconds cannot tell a hung
-  collective from ranks legitimately waiting while rank 0 writes a checkpoint.
+* What the rules describe (thermal and HW slowdown, memory at the limit, the hang signature,
+  stall, straggler, ECC, PCIe, NVLink) is judged by the rules themselves, over the burst
+  (:mod:`watchdog.check.rules`): one set of thresholds and one severity per kind for
+  ``check``, ``run`` and ``replay``. The hang (and any rule that needs a long ``for:``) is
+  only ever a WARNING here: a burst of a few seconds cannot tell a hung collective from
+  ranks legitimately waiting while rank 0 writes a checkpoint.
+* The checks below are the ones a burst of rules cannot express: the GPU count, NVML
+  errors, a lost GPU, XIDs by code, error counters since the driver loaded, PCIe replays
+  against the spec's rate. Their severities match the rule of the same kind (an
+  uncorrectable error or a pending remap is CRITICAL as in ``rules/ecc.yaml``; NVLink errors
+  are a WARNING as in ``rules/nvlink.yaml``; XID classes as in ``rules/xid.yaml``).
 """
 
 from __future__ import annotations
@@ -31,10 +35,13 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from enum import IntEnum
+from typing import TYPE_CHECKING
 
-from watchdog import reasons
 from watchdog.check import xid as xids
 from watchdog.model import DeviceInfo, Sample
+
+if TYPE_CHECKING:
+    from watchdog.detect.loader import RuleSet
 
 
 class Status(IntEnum):
@@ -57,32 +64,6 @@ def worst(statuses: Iterable[Status]) -> Status:
 
 # --- thresholds (each with its reason) ------------------------------------------------------
 
-MEMORY_FULL_FRACTION = 0.98
-"""used/total at or above this for the whole burst is "at the limit". PyTorch's caching
-allocator and vLLM hold 90-95 % on purpose, so anything below 98 % is normal."""
-
-HANG_UTIL_MIN = 95.0
-"""% utilization: a kernel was running nearly all the time (a spinning NCCL kernel does)."""
-
-HANG_POWER_FRACTION = 0.25
-"""power.draw / enforced limit at or below this is "near idle" for a one-shot probe. Reported
-hangs: H100 ~70-100 W of 700 W (10-14 %), V100 40-47 W of 250 W (16-19 %); sichek's H100
-override is < 160 W (23 %). Busy training runs at >= 55 % (nanoGPT H100: 390 W and 690 W)."""
-
-HANG_CLOCK_FRACTION = 0.75
-"""SM clock / max SM clock at or above this is "clocks up"; locked low clocks (-lgc) give
-100 % util at low power legitimately and fail this test."""
-
-HANG_CLOCK_MIN_MHZ = 1400.0
-"""Fallback "clocks up" when the max SM clock is unknown (sichek's generic threshold)."""
-
-HANG_SM_ACTIVITY_MAX = 10.0
-"""% GPM SM activity at or below this is "SMs idle": a spinning collective keeps a handful of
-SMs resident out of 100+, real work keeps most of them busy."""
-
-HANG_MEM_UTIL_MAX = 5.0
-"""% memory-controller utilization at or below this is "no memory traffic" (sichek: < 5 %)."""
-
 PCIE_BUSY_UTIL = 50.0
 """% utilization the GPU must hold for the whole burst before a PCIe generation below the
 maximum counts: the link drops to gen 1 at idle by design."""
@@ -99,14 +80,6 @@ BER x transfer rate x 60 s (gen 1: 0.15, gen 5: 1.92 replays/min/lane)."""
 
 PCIE_GT_PER_S = {1: 2.5, 2: 5.0, 3: 8.0, 4: 16.0, 5: 32.0, 6: 64.0}
 """Transfer rate (GT/s per lane) of each PCIe generation."""
-
-NVLINK_CRC_FAIL_PER_S = 100.0
-"""DCGM fails a GPU at 100 or more NVLink CRC errors per second (any is a warning)."""
-
-# Reason bits that are never a problem on their own, and the hang test's "no throttle".
-_HW_BITS = reasons.HW_SLOWDOWN | reasons.HW_THERMAL | reasons.HW_POWER_BRAKE
-_HANG_FORBIDDEN_BITS = (reasons.GPU_IDLE | reasons.APPLICATIONS_CLOCKS | reasons.SW_POWER_CAP
-                        | reasons.THERMAL | reasons.HARDWARE)
 
 _TIMEOUT_WORDS = ("timed out", "timeout", "deadline", "did not return within", "wedged",
                   "still outstanding")
@@ -226,10 +199,11 @@ def check_xids(samples: Sequence[Sample]) -> list[Problem]:
 
 
 def check_ecc(last: Sample) -> list[Problem]:
-    """Uncorrectable ECC, row-remap failure, too many retired pages: CRITICAL (DCGM FAIL).
+    """Uncorrectable ECC, row-remap failure or pending remap, too many retired pages: CRITICAL.
 
-    A pending row remap or page retirement (applied at the next GPU reset) and many
-    uncorrectable remaps are WARNINGs, as in DCGM's memory health watch.
+    Every finding is CRITICAL, the severity of the ``ecc`` kind in ``rules/ecc.yaml`` (a
+    pending remap means the GPU needs a reset before its memory is trusted again). These
+    counters hold since the driver loaded, which the rule's 10 min delta cannot see in a burst.
     """
     out = []
     dbe = last.get("ecc.errors.uncorrected.volatile.total")
@@ -243,47 +217,14 @@ def check_ecc(last: Sample) -> list[Problem]:
         out.append(Problem(Status.CRITICAL, "ecc", f"{retired:.0f} retired memory pages "
                                                    f"(limit {RETIRED_PAGES_MAX})"))
     if (last.get("remapped_rows.pending") or 0) > 0:
-        out.append(Problem(Status.WARNING, "ecc", "row remap pending: reset the GPU when idle"))
+        out.append(Problem(Status.CRITICAL, "ecc", "row remap pending: reset the GPU when idle"))
     if (last.get("retired_pages.pending") or 0) > 0:
-        out.append(Problem(Status.WARNING, "ecc",
+        out.append(Problem(Status.CRITICAL, "ecc",
                            "page retirement pending: reset the GPU when idle"))
     unc = last.get("remapped_rows.uncorrectable")
     if unc is not None and unc >= REMAPPED_UNCORRECTABLE_MAX:
-        out.append(Problem(Status.WARNING, "ecc", f"{unc:.0f} rows remapped for "
+        out.append(Problem(Status.CRITICAL, "ecc", f"{unc:.0f} rows remapped for "
                                                   "uncorrectable errors"))
-    return out
-
-
-def _mask(s: Sample) -> int | None:
-    v = s.get("clocks_event_reasons.active")
-    return None if v is None else int(v)
-
-
-def check_clock_events(samples: Sequence[Sample], device: DeviceInfo | None) -> list[Problem]:
-    """Thermal or HW slowdown active now (in the last reading); benign bits are ignored."""
-    masks = [m for m in (_mask(s) for s in samples) if m is not None]
-    if not masks or _mask(samples[-1]) is None:
-        return []
-    now = masks[-1]
-    temp = samples[-1].get("temperature.gpu")
-    where = f" at {temp:.0f} C" if temp is not None else ""
-    if device and device.temp_slowdown_c is not None and temp is not None:
-        where += f" (slowdown at {device.temp_slowdown_c:.0f} C)"
-    out = []
-    if now & _HW_BITS:
-        words = ", ".join(reasons.decode(now & _HW_BITS))
-        held = sum(1 for m in masks if m & _HW_BITS)
-        if held == len(masks) and len(masks) >= 2:
-            out.append(Problem(Status.CRITICAL, "clock_events",
-                               f"{words} active for the whole check{where}: clocks cut by "
-                               "hardware"))
-        else:
-            out.append(Problem(Status.WARNING, "clock_events",
-                               f"{words} in {held} of {len(masks)} readings{where} "
-                               "(may be a transient during a P-state change)"))
-    if now & reasons.SW_THERMAL:
-        out.append(Problem(Status.WARNING, "clock_events",
-                           f"SW thermal slowdown: clocks reduced for temperature{where}"))
     return out
 
 
@@ -320,7 +261,7 @@ def check_link_errors(samples: Sequence[Sample], device: DeviceInfo | None) -> l
 
     PCIe: more replays during the burst than BER 1e-12 allows per minute for the link's
     generation and width is a WARNING (a marginal link). NVLink: replay or recovery errors
-    growing is CRITICAL, CRC errors growing a WARNING (CRITICAL at 100/s or more).
+    or CRC errors growing is a WARNING, the severity of ``rules/nvlink.yaml``.
     """
     out = []
     span = samples[-1].ts - samples[0].ts if samples else 0.0
@@ -340,84 +281,34 @@ def check_link_errors(samples: Sequence[Sample], device: DeviceInfo | None) -> l
              if (d := _delta(samples, n))}
     if grown:
         words = ", ".join(f"{n.rsplit('.', 1)[1]} +{d:.0f}" for n, d in grown.items())
-        out.append(Problem(Status.CRITICAL, "nvlink", f"NVLink errors growing: {words}"))
+        out.append(Problem(Status.WARNING, "nvlink", f"NVLink errors growing: {words}"))
     crc = sum(d for n in ("nvlink.errors.crc_flit", "nvlink.errors.crc_data")
               if (d := _delta(samples, n)))
     if crc:
-        fast = span > 0 and crc / span >= NVLINK_CRC_FAIL_PER_S
-        out.append(Problem(Status.CRITICAL if fast else Status.WARNING, "nvlink",
+        out.append(Problem(Status.WARNING, "nvlink",
                            f"NVLink CRC errors growing: +{crc:.0f} in {span:.1f} s"))
     return out
 
 
-def _mem_fraction(s: Sample, device: DeviceInfo | None) -> float | None:
-    used = s.get("memory.used")
-    total = s.get("memory.total") or (device.memory_total_mib if device else None)
-    if used is None or not total:
-        return None
-    return used / total
-
-
-def check_memory(samples: Sequence[Sample], device: DeviceInfo | None) -> list[Problem]:
-    """Memory at >= 98 % in every reading of a burst of two or more: WARNING."""
-    fracs = [_mem_fraction(s, device) for s in samples]
-    if len(fracs) < 2 or any(f is None or f < MEMORY_FULL_FRACTION for f in fracs):
-        return []
-    low = min(f for f in fracs if f is not None)
-    return [Problem(Status.WARNING, "memory",
-                    f"memory at the limit: >= {low:.1%} used in all {len(fracs)} readings")]
-
-
-def _hang_reading(s: Sample, device: DeviceInfo | None) -> bool:
-    """One reading shows the hung-collective signature (see the HANG_* thresholds)."""
-    util, power = s.get("utilization.gpu"), s.get("power.draw")
-    limit = s.get("enforced.power.limit") or (device.power_limit_enforced_w if device else None)
-    clock, mask = s.get("clocks.sm"), _mask(s)
-    if util is None or power is None or not limit or clock is None:
-        return False
-    max_clock = device.clocks_max_sm_mhz if device else None
-    clocks_up = (clock >= HANG_CLOCK_FRACTION * max_clock if max_clock
-                 else clock >= HANG_CLOCK_MIN_MHZ)
-    if util < HANG_UTIL_MIN or power > HANG_POWER_FRACTION * limit or not clocks_up:
-        return False
-    if mask is not None and mask & _HANG_FORBIDDEN_BITS:
-        return False
-    sm = s.get("gpm.sm_activity")
-    if sm is not None and sm > HANG_SM_ACTIVITY_MAX:
-        return False
-    mem = s.get("utilization.memory")
-    return mem is None or mem <= HANG_MEM_UTIL_MAX
-
-
-def check_hang(samples: Sequence[Sample], device: DeviceInfo | None) -> list[Problem]:
-    """Hang signature in every reading of a burst of two or more: WARNING, never more."""
-    if len(samples) < 2 or not all(_hang_reading(s, device) for s in samples):
-        return []
-    last = samples[-1]
-    util, power = last.get("utilization.gpu"), last.get("power.draw")
-    limit = last.get("enforced.power.limit") or (device.power_limit_enforced_w if device else 0)
-    sm = last.get("gpm.sm_activity")
-    sm_txt = f", SM activity {sm:.0f} %" if sm is not None else ""
-    span = last.ts - samples[0].ts
-    return [Problem(Status.WARNING, "hang",
-                    f"possible hung collective: util {util:.0f} % at {power:.0f} W of "
-                    f"{limit:.0f} W with clocks up and no throttle reason{sm_txt} for "
-                    f"{span:.1f} s; a short check cannot tell this from ranks waiting for a "
-                    "checkpoint, watch it with `watchdog run`")]
+# rule kind -> the probe's own check of the same family: when both found something on a
+# GPU, the probe's finding (since the driver loaded, or against the spec) is the one shown
+SAME_FAMILY = {"ecc": "ecc", "pcie_degraded": "pcie", "nvlink_errors": "nvlink"}
 
 
 def judge_gpu(device: DeviceInfo | None, index: int, uuid: str,
-              samples: Sequence[Sample]) -> GpuVerdict:
-    """All per-GPU checks on one GPU's burst (oldest first)."""
+              samples: Sequence[Sample], ruled: Sequence[Problem] = ()) -> GpuVerdict:
+    """All per-GPU checks on one GPU's burst (oldest first), plus ``ruled``: what the rules
+    found on it over the burst (:func:`watchdog.check.rules.rule_problems`)."""
     gv = GpuVerdict(index=index, uuid=uuid, device=device,
                     last=samples[-1] if samples else None, samples=len(samples))
     problems = check_lost(samples)
     if not problems:  # a lost GPU has no values worth judging
         live = [s for s in samples if not s.lost]
         problems = [*check_errors(live), *check_xids(samples), *check_ecc(live[-1]),
-                    *check_clock_events(live, device), *check_pcie(live, device),
-                    *check_link_errors(live, device),
-                    *check_memory(live, device), *check_hang(live, device)]
+                    *check_pcie(live, device),
+                    *check_link_errors(live, device)]
+        own = {p.check for p in problems}
+        problems += [p for p in ruled if SAME_FAMILY.get(p.check) not in own]
     else:
         problems += check_xids(samples)
     gv.problems = [Problem(p.severity, p.check, p.message, index, uuid) for p in problems]
@@ -426,20 +317,29 @@ def judge_gpu(device: DeviceInfo | None, index: int, uuid: str,
 
 def judge(devices: Sequence[DeviceInfo], bursts: Mapping[str, Sequence[Sample]], *,
           host: str, checked_at: float, expected_gpus: int | None = None,
-          source: str = "nvml", duration_s: float = 0.0) -> Verdict:
+          source: str = "nvml", duration_s: float = 0.0,
+          rules: RuleSet | None = None, use_rules: bool = True) -> Verdict:
     """The node's verdict from its inventory and each GPU's burst (keyed by UUID).
+
+    The rules (``rules``, default the shipped ones) are evaluated over the burst unless
+    ``use_rules`` is False (tests of the probe's own checks).
 
     GPUs seen in ``bursts`` but not in ``devices`` are judged too (a log's inventory may be
     partial); the GPU count is the number of distinct GPUs known from either.
     """
     by_uuid = {d.uuid: d for d in devices}
+    ruled: dict[str, list[Problem]] = {}
+    if use_rules and any(bursts.values()):
+        from watchdog.check.rules import rule_problems  # imports this module's types
+
+        ruled = rule_problems(devices, bursts, host=host, rules=rules)
     uuids = list(by_uuid) + [u for u in bursts if u not in by_uuid]
     gpus = []
     for u in uuids:
         samples = list(bursts.get(u, ()))
         dev = by_uuid.get(u)
         index = dev.index if dev else samples[-1].index
-        gpus.append(judge_gpu(dev, index, u, samples))
+        gpus.append(judge_gpu(dev, index, u, samples, ruled.get(u, ())))
     gpus.sort(key=lambda g: (g.index, g.uuid))
     problems = check_count(len(gpus), expected_gpus)
     for g in gpus:

@@ -86,7 +86,8 @@ def probe(args: argparse.Namespace, clock: Clock | None = None) -> Verdict:
         started = clock.now()  # the --duration budget includes NVML start-up
         source = open_live(args.source, options, started)
         try:
-            burst = burst_live(source, clock, args.duration, args.interval, t0=started)
+            burst = burst_live(source, clock, args.duration, args.interval, t0=started,
+                               between=lambda: _rules(args))
         finally:
             source.close()
         checked_at = clock.now()
@@ -117,9 +118,23 @@ def _sim_burst(args: argparse.Namespace, options: Any) -> tuple[Burst, float]:
     return burst, clock.now()
 
 
+def _rules(args: argparse.Namespace) -> Any:
+    """The rule set (``--rules``, else the shipped rules) with the engine imported, loaded
+    once per probe: between the first and second live reading when there is a wait."""
+    cached = getattr(args, "_rule_set", None)
+    if cached is None:
+        import watchdog.check.rules  # noqa: F401  (the engine: numpy, the evaluator)
+        from watchdog.detect.loader import load_rules
+
+        cached = args._rule_set = load_rules(getattr(args, "rules", None))
+    return cached
+
+
 def _judge(args: argparse.Namespace, burst: Burst, checked_at: float) -> Verdict:
+    rules = _rules(args)
     return judge(burst.devices, burst.samples, host=burst.host, checked_at=checked_at,
-                 expected_gpus=args.expect_gpus, source=args.source, duration_s=burst.span)
+                 expected_gpus=args.expect_gpus, source=args.source, duration_s=burst.span,
+                 rules=rules)
 
 
 def unknown(args: argparse.Namespace, message: str) -> Verdict:

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import math
 from collections import deque
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
 from watchdog.clock import Clock
@@ -41,13 +41,16 @@ def readings(duration: float, interval: float) -> int:
 
 
 def burst_live(source, clock: Clock, duration: float, interval: float,
-               devices: list[DeviceInfo] | None = None, t0: float | None = None) -> Burst:
+               devices: list[DeviceInfo] | None = None, t0: float | None = None,
+               between: Callable[[], object] | None = None) -> Burst:
     """Read ``source`` (a :class:`~watchdog.sources.base.LiveSource`) for one burst.
 
     Readings are due at ``t0 + k * interval`` (``t0`` defaults to now). ``t0`` may lie in
     the past, e.g. the time before a slow NVML start-up: slots already missed are skipped
     (but there is always a first reading), so the whole check still fits in ``duration``.
     ``devices`` is the inventory if the caller already has it (else ``source.devices()``).
+    ``between`` runs once after the first reading when more are due: work that would
+    otherwise follow the burst (loading the rule engine) fills the wait for the next slot.
     """
     inventory = list(devices if devices is not None else source.devices())
     out: dict[str, list[Sample]] = {d.uuid: [] for d in inventory}
@@ -65,6 +68,8 @@ def burst_live(source, clock: Clock, duration: float, interval: float,
         for s in source.sample(now):
             out.setdefault(s.uuid, []).append(s)
         last = now
+        if k == 0 and between is not None and readings(duration, interval) > 1:
+            between()
     first = last if first is None else first
     return Burst(host=source.host, devices=inventory, samples=out, end=last, span=last - first)
 

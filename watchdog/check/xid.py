@@ -19,7 +19,8 @@ Severities are the Nagios words of :mod:`watchdog.check.judge` (``"CRITICAL"``/`
 
 from __future__ import annotations
 
-CRITICAL_CODES: frozenset[int] = frozenset({48, 64, 74, 79, 94, 95, 119, 120, 140})
+CRITICAL_CODES: frozenset[int] = frozenset({48, 61, 62, 64, 74, 79, 92, 94, 95, 119, 120, 140})
+"""The codes of ``rules/xid.yaml``'s ``xid_critical`` (a test keeps the two equal)."""
 
 # code -> short meaning (NVIDIA XID catalogue wording, shortened for a table cell).
 MEANING: dict[int, str] = {

@@ -16,19 +16,23 @@ EPILOG = """\
 exit codes (Nagios plugin convention; usable as a Slurm HealthCheckProgram, an NHC check
 or a Kubernetes exec probe):
   0 OK        every GPU healthy
-  1 WARNING   look at it: SW thermal slowdown, pending row remap, application XID
-              (13, 31, 43...), PCIe link narrow / slow while busy / replaying, NVLink
-              CRC errors, memory at the limit, hang signature (a short check cannot
-              tell a hung collective from a checkpoint wait)
+  1 WARNING   look at it: thermal slowdown (SW or HW thermal), application XID (13, 31,
+              43...), PCIe link narrow / slow while busy / replaying, NVLink errors,
+              memory at the limit, hang signature (the rule pages it as critical after
+              it holds; a short check cannot tell a hung collective from a checkpoint
+              wait: watch it with `watchdog run`)
   2 CRITICAL  drain it: fewer GPUs than --expect-gpus (or none), GPU lost, fatal XID
-              (48, 79, 94, 95, 119, 120, 140...), uncorrectable ECC, row-remap failure,
-              HW slowdown for the whole check, NVLink replay/recovery errors growing,
-              NVML call timed out (wedged driver)
+              (48, 61, 62, 64, 74, 79, 92, 94, 95, 119, 120, 140), uncorrectable ECC,
+              row remap pending or failed, HW slowdown or power brake without a thermal
+              cause, NVML call timed out (wedged driver)
   3 UNKNOWN   could not judge: no NVML library or driver, NVML init failed, an NVML read
               error on a GPU, a bad command line or --source path, an internal error.
               Bad input is UNKNOWN here (not 2 as in other commands): a typo in a probe's
               arguments must not make Slurm or Nagios drain a healthy node.
 With several problems the node takes the worst: CRITICAL > WARNING > UNKNOWN > OK.
+What the rules describe is judged by the rules (the shipped ones, or --rules), with their
+severity, over the burst ("the condition holds now": for: is not applied); rules that need
+minutes (stall, straggler) are left to `watchdog run`.
 
 sources:
   nvml        (default) read the GPUs for --duration, one reading every --interval
@@ -83,6 +87,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                    help="sim only: judge the simulated node this long after its start "
                         "(default: the last injected fault's onset plus its time to show, "
                         "or 10m for a healthy node)")
+    p.add_argument("--rules", action="append", metavar="DIR_OR_FILE",
+                   help="rule file or folder of *.yaml (repeatable; default: the shipped "
+                        "rules): the probe judges with the same rules as run and replay")
     p.add_argument("--no-color", action="store_true",
                    help="no ANSI colour (also off when NO_COLOR is set or stdout is not a "
                         "terminal)")

@@ -10,6 +10,8 @@ and evidence stay those of the firing moment).
 from __future__ import annotations
 
 import math
+import re
+import string
 from typing import Any
 
 import numpy as np
@@ -43,13 +45,42 @@ def make_incident(rule: Rule, host: str, gpus: list[tuple[int, str]], started_at
                               "for_s": float(extra.get("for_s", 0.0)),
                               "gpus": ",".join(str(i) for i, _ in gpus), "host": host,
                               "rule": rule.name, "kind": rule.kind, "n_gpus": len(gpus)}
-    summary = rule.summary.format_map(fields) if rule.summary else (
+    summary = render(rule.summary, fields) if rule.summary else (
         f"{rule.name} on GPU {fields['gpus']}")
     return Incident(kind=rule.kind, severity=rule.severity, host=host,
                     gpus=[str(i) for i, _ in gpus], uuids=[u for _, u in gpus],
                     started_at=started_at, fired_at=fired_at, resolved_at=None,
                     rule=rule.name, summary=summary, evidence=evidence,
                     labels=dict(rule.labels))
+
+
+_OPTIONAL = re.compile(r"\[([^\[\]]*)\]")
+
+
+class _Formatter(string.Formatter):
+    """A missing value (NaN: the log has no memory total, no max clock) prints ``?``,
+    never ``nan``."""
+
+    def format_field(self, value: Any, format_spec: str) -> str:
+        if isinstance(value, float) and math.isnan(value):
+            return "?"
+        return super().format_field(value, format_spec)
+
+
+def render(template: str, fields: dict[str, Any]) -> str:
+    """A rule's ``summary:`` with ``fields``; a ``[…]`` segment is left out when a field
+    in it is missing (``holds[ {mem_pct:.0f}% of] their memory`` -> ``holds their
+    memory`` when the total is unknown), else printed without its brackets."""
+
+    def optional(m: re.Match[str]) -> str:
+        seg = m.group(1)
+        for _, name, _, _ in string.Formatter().parse(seg):
+            v = fields.get(name) if name else None
+            if isinstance(v, float) and math.isnan(v):
+                return ""
+        return seg
+
+    return _Formatter().vformat(_OPTIONAL.sub(optional, template), (), fields)
 
 
 def add_members(inc: Incident, gpus: list[tuple[int, str]]) -> None:

@@ -12,7 +12,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, field
 
-from watchdog import catalogue
+from watchdog import catalogue, units
 from watchdog.detect.signals import SIGNALS
 
 # function name -> (min args, max args or None, kind)
@@ -23,10 +23,11 @@ NODE_FUNCS = ("count", "frac_gpus", "any_gpu", "all_gpus",
               "peer_median", "peer_mean", "peer_min", "peer_max")
 MAX_WINDOW_S = 3600.0
 
-_DURATION_UNITS = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0}
+_DURATION_UNITS = units.UNITS  # one grammar with options and `for:` (watchdog.units)
 _TOKEN = re.compile(r"""
     (?P<ws>\s+)
   | (?P<hex>0[xX][0-9a-fA-F]+)
+  | (?P<dur>""" + units.DURATION_PATTERN + r""")(?![A-Za-z0-9_.%])
   | (?P<num>(?:\d+\.?\d*|\.\d+)(?:[eE][+-]?\d+)?)(?P<unit>ms|s|m|h|%)?(?![A-Za-z0-9_])
   | (?P<name>[A-Za-z_][A-Za-z0-9_]*(?:\.[A-Za-z_][A-Za-z0-9_]*)*)
   | (?P<op><=|>=|==|!=|<|>|\+|-|\*|/|\(|\)|,)
@@ -65,6 +66,9 @@ def tokenize(src: str) -> list[Tok]:
             continue
         if m.group("hex"):
             out.append(Tok("num", m.group("hex"), col, float(int(m.group("hex"), 16))))
+        elif m.group("dur"):
+            v = units.parse_duration(m.group("dur"), what="window")
+            out.append(Tok("num", m.group(0), col, v, "s"))  # value in seconds
         elif m.group("num"):
             unit = m.group("unit")
             v = float(m.group("num"))

@@ -17,15 +17,33 @@ def factorize(uuid: np.ndarray, ts: np.ndarray) -> tuple[np.ndarray, np.ndarray]
     """``pd.factorize(uuid)``; for the usual block (the first tick's GPUs, all distinct,
     then the same GPUs in the same order) by one comparison instead of hashing every
     row."""
-    import pandas as pd
-
     n = len(uuid)
     k = int(np.searchsorted(ts, ts[0], side="right")) if n else 0
     first = uuid[:k].tolist()
     if 0 < k < n and n % k == 0 and len(set(first)) == k \
             and all(isinstance(u, str) for u in first) and bool((uuid[k:] == uuid[:-k]).all()):
         return np.tile(np.arange(k), n // k), uuid[:k].copy()
-    return pd.factorize(uuid)
+    return codes_by_first(uuid)
+
+
+SMALL_BLOCK_ROWS = 4096
+"""Up to this many rows :func:`codes_by_first` factorizes with numpy: a live tick or the
+probe's burst, on a path that must not import pandas (``watchdog check``'s cold start).
+Larger blocks (replay, where pandas is loaded anyway) use pandas's faster hash table."""
+
+
+def codes_by_first(uuid: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """``pd.factorize(uuid)``: codes numbered by first appearance, and the uniques."""
+    if len(uuid) > SMALL_BLOCK_ROWS:
+        import pandas as pd
+
+        return pd.factorize(uuid)
+    uniq, first, inverse = np.unique(uuid.astype(str), return_index=True,
+                                     return_inverse=True)
+    rank = np.empty(len(uniq), dtype=np.int64)
+    by_first = np.argsort(first, kind="stable")
+    rank[by_first] = np.arange(len(uniq))
+    return rank[inverse.ravel()], uuid[first[by_first]]
 
 
 def by_gpu(codes: np.ndarray, k: int) -> np.ndarray:
