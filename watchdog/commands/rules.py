@@ -4,7 +4,8 @@
 and prints one line per rule; a bad file is one ``FILE:LINE: …`` error, exit 2.
 ``test`` runs rule unit tests (``docs/rules.md``; none given = the shipped
 ``rules/tests/``): one line per case, a diff for each failure; exit 0 all passed, 1 any
-failed, 2 bad input.
+failed, 2 bad input. ``test --mutate`` moves each threshold of the tested rules by
+x0.75 and x1.33 and lists those no test notices (exit 0, or 1 below ``--min-score``).
 """
 
 from __future__ import annotations
@@ -26,6 +27,11 @@ def register(subparsers: Any) -> None:
     t.add_argument("files", nargs="*", metavar="TEST_FILE_OR_DIR",
                    help="rule test files or folders (default: the shipped rules/tests)")
     t.add_argument("-q", "--quiet", action="store_true", help="print only failures")
+    t.add_argument("--mutate", action="store_true",
+                   help="mutation test: move each number of the tested rules' condition, "
+                        "clear and for by x0.75 and x1.33 and report those no test pins")
+    t.add_argument("--min-score", type=float, metavar="X", default=None,
+                   help="with --mutate: exit 1 when the caught fraction is below X (0-1)")
     t.set_defaults(func=run_test)
     p.set_defaults(func=lambda _a: p.print_help() or 2)
 
@@ -48,9 +54,27 @@ def run_test(args: argparse.Namespace) -> int:
     from watchdog.detect.ruletest import run_files
 
     files = rule_files(args.files or [default_rules_dir() / "tests"], what="rule test")
+    if args.mutate:
+        return _run_mutate(files, args.min_score)
+    if args.min_score is not None:
+        from watchdog.errors import InputError
+
+        raise InputError("--min-score: only with --mutate")
     passed, failed, lines = run_files(files)
     for line in lines:
         if not (args.quiet and line.startswith("ok ")):
             print(line)
     print(f"{passed} passed, {failed} failed")
     return 1 if failed else 0
+
+
+def _run_mutate(files: list[Any], min_score: float | None) -> int:
+    from watchdog.detect.mutate import report, run
+    from watchdog.errors import InputError
+
+    if min_score is not None and not 0 <= min_score <= 1:
+        raise InputError(f"--min-score: {min_score:g} is not between 0 and 1")
+    res = run(files)
+    for line in report(res):
+        print(line)
+    return 1 if min_score is not None and res.score < min_score else 0
