@@ -40,8 +40,10 @@ class ConsoleNotifier:
             head = f"RESOLVED {'':8}"
             tail = f"(lasted {duration((inc.resolved_at or 0) - inc.started_at)})"
             colour = "\033[1;32m"
-        line = (f"{stamp}Z {head} {inc.kind:16} {inc.host} {gpus_phrase(inc.gpus)}: "
-                f"{inc.summary} {tail}")
+        where = gpus_phrase(inc.gpus)
+        # a summary that names its GPUs itself ("GPU 7 XID 13") gets no second prefix
+        prefix = "" if inc.summary.startswith(("GPU ", "GPUs ")) else f" {where}:"
+        line = f"{stamp}Z {head} {inc.kind:16} {inc.host}{prefix} {inc.summary} {tail}"
         if self.color:
             line = f"{colour}{line}\033[0m"
         print(line, file=self.stream, flush=True)

@@ -33,6 +33,7 @@ class EventFns:
     event_sets: dict[int, set[int]]
     delivered: set[int]
     gpm_samples: dict[int, tuple[int, float] | None]
+    _event_wake = threading.Event()  # never set: a wait on it is a plain blocking sleep
 
     def new_id(self) -> int:
         raise NotImplementedError
@@ -77,7 +78,6 @@ class EventFns:
         sid = cf.pointer_value(event_set)
         if sid not in self.event_sets:
             return INVALID_ARGUMENT
-        waiter = threading.Event()
         remaining = cf.as_int(timeoutms) / 1000.0
         while True:
             hit = self._due(sid)
@@ -90,9 +90,19 @@ class EventFns:
                 return OK
             if remaining <= 0:
                 return TIMEOUT
-            step = min(0.01, remaining)
-            waiter.wait(step)  # a blocking C call waits inside the library, as NVML does
+            # Nothing scripted is left for this set: block for the whole timeout in one
+            # wait, as the real call sleeps in the driver (no Python wake-ups to inflate a
+            # CPU measurement). Scripted XIDs still to come are checked every 10 ms, since
+            # scenario time may be a manual clock that does not advance with the wait.
+            step = min(0.01, remaining) if self._undelivered(sid) else remaining
+            self._event_wake.wait(step)
             remaining -= step
+
+    def _undelivered(self, sid: int) -> bool:
+        with self.lock:
+            gpus = self.event_sets.get(sid, set())
+            return any(k not in self.delivered and gpu in gpus
+                       for k, (_, gpu, _) in enumerate(self.scenario.xids))
 
     def nvmlEventSetFree(self, event_set: Any) -> int:
         with self.lock:

@@ -81,7 +81,7 @@ def h100_node(n: int = 8) -> tuple[GpuSpec, ...]:
     buses = ("18", "2a", "3a", "5d", "9a", "ab", "ba", "db")
     return tuple(
         GpuSpec(uuid=f"GPU-4f1c{i:04x}-8a0e-5d2b-9c33-1a2b3c4d5e{i:02x}",
-                pci_bus_id=f"00000000:{buses[i % 8].upper()}:00.0",
+                pci_bus_id=f"{i // 8:08X}:{buses[i % 8].upper()}:00.0",
                 serial=f"16501230{i:05d}", processes=((41000 + i, 72_000),))
         for i in range(n))
 
@@ -102,7 +102,13 @@ _OLD_UNSUPPORTED = frozenset({
 
 
 def _scenario(name: str) -> Scenario:
-    node = h100_node()
+    name, _, count = name.partition(":")
+    if count:
+        if not count.isdigit() or not 1 <= int(count) <= 1024:
+            raise KeyError(f"{name}:{count}")
+        if name not in _SIZED:
+            raise KeyError(f"{name}:{count}")
+    node = h100_node(int(count) if count else 8)
     if name == "healthy":
         return Scenario("healthy", node)
     if name == "not_supported":
@@ -140,12 +146,19 @@ def _scenario(name: str) -> Scenario:
     raise KeyError(name)
 
 
+# Scenarios built on the 8-GPU H100 node that take a GPU count, ``healthy:64`` (benchmarks).
+_SIZED = frozenset({"healthy", "xid_kmsg"})
+
 SCENARIOS: tuple[str, ...] = ("healthy", "not_supported", "gpu_lost", "no_library",
                               "init_failure", "blocking_call", "bytes_strings", "xid", "xid_kmsg")
 
 
 def get(name: str) -> Scenario:
-    """The named scenario; ``KeyError`` lists the known names."""
+    """The named scenario; ``KeyError`` lists the known names.
+
+    ``NAME:N`` gives an ``N``-GPU node (1..1024) for ``healthy`` and ``xid_kmsg``,
+    e.g. ``healthy:64``.
+    """
     try:
         return _scenario(name)
     except KeyError:

@@ -1,0 +1,171 @@
+"""Live cost: CPU per tick and peak RSS of ``watchdog run`` against ``gpustat.new_query()``.
+
+Both run on the same fake NVML (below nvidia-ml-py, so both go through the real binding)
+with the same GPU count, in the same bench run, each in its own process::
+
+    python -m watchdog.testing.fakenvml healthy:8 -- watchdog run --source nvml --interval 1s \\
+        --duration 20s
+
+The agent's CPU (user + system, all threads, from ``/proc/PID/stat``) is read after a
+warm-up (start-up, imports and the first ticks excluded) and again just before the run
+ends; divided by the ticks in between it is the CPU per tick (sampling + detection).
+Peak RSS is ``VmHWM`` from ``/proc/PID/status``. gpustat's CPU per query is
+``time.process_time()`` over repeated ``gpustat.new_query()`` calls in a child process with
+the fake installed (one warm-up query first). The budget (DESIGN.md, issue 7): agent
+CPU/tick <= gpustat CPU/query, RSS <= 150 MB (checked for every GPU count; the budget names 8).
+
+Usage: ``python bench/agent_bench.py [--gpus 8,64] [--duration 20] [--warmup 5]``;
+``--quick``: 8 GPUs, 7 s run, 3 s warm-up (a smoke run; the figures are noisy).
+Linux only (``/proc``).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import time
+from dataclasses import dataclass
+
+RSS_BUDGET_MB = 150.0
+_TICKS = os.sysconf("SC_CLK_TCK")
+
+
+@dataclass
+class Row:
+    """One GPU count: the agent's and gpustat's figures (CPU in ms)."""
+
+    gpus: int
+    agent_ms_per_tick: float
+    ticks: float
+    agent_rss_mb: float
+    gpustat_ms_per_query: float
+
+    @property
+    def ratio(self) -> float:
+        return self.agent_ms_per_tick / self.gpustat_ms_per_query
+
+    @property
+    def passed(self) -> bool:
+        return self.ratio <= 1.0 and self.agent_rss_mb <= RSS_BUDGET_MB
+
+
+def fake_command(scenario: str, *tool: str) -> list[str]:
+    return [sys.executable, "-m", "watchdog.testing.fakenvml", scenario, "--", *tool]
+
+
+def proc_cpu(pid: int) -> float:
+    """utime + stime of every thread of ``pid``, in seconds."""
+    with open(f"/proc/{pid}/stat") as f:
+        fields = f.read().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / _TICKS  # fields 14 and 15 of stat(5)
+
+
+def proc_hwm_mb(pid: int) -> float:
+    """Peak resident set (VmHWM) of ``pid`` in MB (10^6 bytes)."""
+    with open(f"/proc/{pid}/status") as f:
+        for line in f:
+            if line.startswith("VmHWM:"):
+                return int(line.split()[1]) * 1024 / 1e6
+    raise RuntimeError(f"no VmHWM in /proc/{pid}/status")
+
+
+def measure_agent(gpus: int, duration: float, warmup: float) -> tuple[float, float, float]:
+    """(CPU seconds per tick, ticks measured, peak RSS MB) of a 1 Hz ``watchdog run``."""
+    cmd = fake_command(f"healthy:{gpus}", "watchdog", "run", "--source", "nvml",
+                       "--interval", "1s", "--duration", f"{duration:g}s")
+    proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    try:
+        time.sleep(warmup)
+        if proc.poll() is not None:
+            raise SystemExit(f"agent exited early (rc {proc.returncode}): "
+                             f"{proc.stderr.read().strip()[-400:]}")
+        c0, t0 = proc_cpu(proc.pid), time.monotonic()
+        time.sleep(max(duration - warmup - 1.5, 1.0))
+        if proc.poll() is not None:
+            raise SystemExit(f"agent exited before the end of the measurement "
+                             f"(rc {proc.returncode}): {proc.stderr.read().strip()[-400:]}")
+        c1, t1 = proc_cpu(proc.pid), time.monotonic()
+        rss = proc_hwm_mb(proc.pid)
+        _, err = proc.communicate(timeout=duration + 30)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    if proc.returncode != 0:
+        raise SystemExit(f"agent failed (rc {proc.returncode}): {err.strip()[-400:]}")
+    ticks = t1 - t0  # 1 Hz: one tick per second of the window
+    return (c1 - c0) / ticks, ticks, rss
+
+
+_GPUSTAT_CHILD = """
+import json, sys, time
+from watchdog.testing import fakenvml
+fakenvml.install(sys.argv[1])
+import gpustat
+gpustat.new_query()
+n = int(sys.argv[2])
+c0 = time.process_time()
+for _ in range(n):
+    q = gpustat.new_query()
+cpu = (time.process_time() - c0) / n
+print(json.dumps({"cpu": cpu, "gpus": len(q.gpus)}))
+"""
+
+
+def measure_gpustat(gpus: int, queries: int) -> float:
+    """CPU seconds per ``gpustat.new_query()`` on the fake with ``gpus`` GPUs."""
+    out = subprocess.run([sys.executable, "-c", _GPUSTAT_CHILD, f"healthy:{gpus}",
+                          str(queries)], capture_output=True, text=True, check=False)
+    if out.returncode != 0:
+        raise SystemExit(f"gpustat child failed (rc {out.returncode}): "
+                         f"{out.stderr.strip()[-400:]}")
+    doc = json.loads(out.stdout.strip().splitlines()[-1])
+    if doc["gpus"] != gpus:
+        raise SystemExit(f"gpustat saw {doc['gpus']} GPUs, expected {gpus}")
+    return float(doc["cpu"])
+
+
+def run(gpu_counts: list[int], duration: float, warmup: float, queries: int) -> list[Row]:
+    """Measure gpustat then the agent for each GPU count; one row per count."""
+    rows = []
+    for n in gpu_counts:
+        g = measure_gpustat(n, queries)
+        a, ticks, rss = measure_agent(n, duration, warmup)
+        rows.append(Row(n, a * 1e3, ticks, rss, g * 1e3))
+    return rows
+
+
+def table(rows: list[Row]) -> str:
+    lines = [f"{'GPUs':>5} {'agent ms/tick':>14} {'gpustat ms/query':>17} {'ratio':>6} "
+             f"{'RSS MB':>7}  verdict (ratio <= 1.0, RSS <= {RSS_BUDGET_MB:g} MB)"]
+    for r in rows:
+        lines.append(f"{r.gpus:>5} {r.agent_ms_per_tick:>14.2f} {r.gpustat_ms_per_query:>17.2f} "
+                     f"{r.ratio:>6.2f} {r.agent_rss_mb:>7.1f}  {'PASS' if r.passed else 'FAIL'}")
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--gpus", default="8,64", help="comma-separated GPU counts (default 8,64)")
+    ap.add_argument("--duration", type=float, default=20.0, help="agent run, seconds")
+    ap.add_argument("--warmup", type=float, default=5.0, help="start-up excluded, seconds")
+    ap.add_argument("--queries", type=int, default=20, help="gpustat queries timed")
+    ap.add_argument("--quick", action="store_true", help="8 GPUs, 7 s run (smoke test)")
+    args = ap.parse_args(argv)
+    if args.quick:
+        counts, duration, warmup, queries = [8], 7.0, 3.0, 5
+    else:
+        counts = [int(x) for x in args.gpus.split(",")]
+        duration, warmup, queries = args.duration, args.warmup, args.queries
+    if duration < warmup + 2.5:
+        ap.error("--duration must exceed --warmup by at least 2.5 s")
+    rows = run(counts, duration, warmup, queries)
+    print(table(rows))
+    return 0 if all(r.passed for r in rows) else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
