@@ -138,7 +138,7 @@ def test_rules_check_command(tmp_path: Path, capsys: pytest.CaptureFixture[str])
     assert err.strip() == (f"watchdog: error: {bad}:17: rule hung: kind 'hang' is not one of: "
                            "comm_hang, stall, thermal_throttle, hw_slowdown, memory_pressure, "
                            "gpu_lost, xid, ecc, pcie_degraded, nvlink_errors, straggler, "
-                           "anomaly")
+                           "anomaly, nvml_error")
 
 
 def test_the_example_in_docs_loads(tmp_path: Path) -> None:

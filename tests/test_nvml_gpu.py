@@ -50,7 +50,7 @@ def test_real_samples_are_plausible(real):
     assert len(first) == len(real.devices())
     for s in second:
         assert not s.lost, s.errors
-        assert set(s.values) == set(catalogue.NAMES) - {"nvml.errors"}  # the agent adds it
+        assert set(s.values) == set(catalogue.SOURCE_NAMES)  # the agent adds nvml.errors
         v = s.values
         assert 0 <= v["utilization.gpu"] <= 100
         # an idle H100 with no process reports 0 MiB used (seen on the lent H100)

@@ -88,7 +88,7 @@ def test_every_catalogue_metric_is_reported(source, clock):
     from watchdog import catalogue
 
     for s in source.sample(clock.now()):
-        assert set(s.values) == set(catalogue.NAMES)
+        assert set(s.values) == set(catalogue.SOURCE_NAMES)
 
 
 def test_counters_advance_and_violation_ns_to_s(source, clock):

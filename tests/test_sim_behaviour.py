@@ -59,7 +59,7 @@ def test_uuids_depend_on_seed_and_index_only():
 def test_every_catalogue_metric_is_reported_and_missing_ones_are_none(model):
     _src, ticks = trace(model=model, duration=5.0)
     s = ticks[-1][1][0]
-    assert set(s.values) == set(catalogue.NAMES)
+    assert set(s.values) == set(catalogue.SOURCE_NAMES)
     gpm = [s.values[k] for k in catalogue.NAMES if k.startswith("gpm.")]
     if MODELS[model].gpm:
         assert all(isinstance(v, float) for v in gpm)

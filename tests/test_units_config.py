@@ -34,7 +34,8 @@ def test_config_loads_and_validates(tmp_path: Path) -> None:
     p.write_text("source: sim:comm_hang\ninterval: 5s\nrules: [a.yaml, b/]\nspeed: 2\n")
     c = config.load(p)
     assert (c.source, c.interval, c.rules, c.speed) == ("sim:comm_hang", 5.0, ("a.yaml", "b/"), 2.0)
-    assert config.load(_write(tmp_path, "")) == config.Config()
+    empty = _write(tmp_path, "")
+    assert config.load(empty) == config.Config(path=str(empty))
 
 
 @pytest.mark.parametrize(("text", "message"), [

@@ -164,6 +164,10 @@ for _m in METRICS:
         ALIASES[_spelling.lower()] = _m.name
 
 NAMES: tuple[str, ...] = tuple(m.name for m in METRICS)
+#: Metrics the agent adds to a reading itself (not read from NVML, never in a log).
+AGENT_NAMES: frozenset[str] = frozenset({"nvml.errors"})
+#: What a source reports in every sample: every metric but the agent's own.
+SOURCE_NAMES: tuple[str, ...] = tuple(n for n in NAMES if n not in AGENT_NAMES)
 
 
 def canonical(name: str) -> str | None:
