@@ -232,3 +232,66 @@ def test_a_bad_config_is_one_line_naming_file_and_line(tmp_path: Path, bad: str,
                        env={**os.environ, "STATE_DIRECTORY": str(tmp_path / "state")})
     assert r.returncode == 2
     assert r.stderr.count("\n") == 1 and f"{cfg}:2" in r.stderr and message in r.stderr
+
+
+def _since_s(text: str) -> float:
+    """Seconds between a comm_hang's condition start and its FIRING line."""
+    import re
+
+    m = re.search(r"FIRING +CRITICAL comm_hang .*\(condition since (?:(\d+)m)?(\d+)s earlier\)",
+                  text)
+    assert m, text
+    return int(m.group(1) or 0) * 60 + int(m.group(2))
+
+
+def _sim_run(tmp: Path, state: Path, scenario: str, duration: str) -> str:
+    r = subprocess.run([sys.executable, "-m", "watchdog", "run", "--source", scenario,
+                        "--speed", "240", "--duration", duration, "--state-dir", str(state)],
+                       capture_output=True, text=True, timeout=120, cwd=tmp,
+                       env={**os.environ, "HOME": str(tmp)})
+    assert r.returncode == 0, r.stderr
+    assert "Traceback" not in r.stdout + r.stderr
+    return r.stdout + r.stderr
+
+
+def test_a_restart_keeps_the_learned_wait_so_a_hang_pages_as_early(tmp_path: Path) -> None:
+    """Run 1 trains for a simulated hour (checkpoints teach the hang rule the node's longest
+    legitimate wait) and stops; run 2 on the same state pages a hang earlier than an agent
+    with no state, because it does not fall back to the default wait."""
+    state = tmp_path / "state"
+    _sim_run(tmp_path, state, "sim:healthy", "1h")
+    r = subprocess.run([sys.executable, "-m", "watchdog", "status", "--json", "--state-dir",
+                        str(state)], capture_output=True, text=True, timeout=60)
+    stored = json.loads(r.stdout)["learned_waits_stored"]
+    assert [w["rule"] for w in stored] == ["comm_hang"] and stored[0]["longest_s"] > 0
+    after = _sim_run(tmp_path, state, "sim:comm_hang@5m", "15m")
+    assert "learned waits restored: comm_hang" in after
+    fresh = _sim_run(tmp_path, tmp_path / "fresh", "sim:comm_hang@5m", "15m")
+    assert _since_s(after) < _since_s(fresh)
+
+
+def test_a_wedged_nvml_call_pages_nvml_error_while_the_other_gpus_go_on(tmp_path: Path) -> None:
+    """Fake scenario blocking_call: GPU 2's power reading never returns. Within 60 s of the
+    first timed-out call the agent raises nvml_error on GPU 2 only, and keeps sampling the
+    other seven."""
+    cfg = _config(tmp_path, "source: nvml\ninterval: 1s\ncall_timeout: 0.5s\n")
+    a = Agent(tmp_path, "blocking_call", ["run", "--config", str(cfg)])
+    try:
+        a.wait_for("watching 8 GPUs", timeout=60)
+        t0 = time.monotonic()
+        text = a.wait_for("nvml_error", timeout=75)
+        assert time.monotonic() - t0 < 65
+        line = next(x for x in text.splitlines() if "FIRING" in x and "nvml_error" in x)
+        assert "GPU 2" in line or "GPUs 2" in line, line
+        rc, doc = _status(tmp_path, "--config", str(cfg))
+        assert rc == 0 and doc["nvml_errors"]["total"] > 0
+        gpu2 = next(g["uuid"] for g in doc["gpus"] if str(g["index"]) == "2")
+        assert set(doc["nvml_errors"]["by_gpu"]) == {gpu2}
+        assert len(doc["gpus"]) == 8
+        ticks = doc["ticks"]
+        time.sleep(2.5)
+        assert _status(tmp_path, "--config", str(cfg))[1]["ticks"] > ticks
+        assert a.stop() == 0
+    finally:
+        a.kill()
+    assert "Traceback" not in a.text()
