@@ -64,7 +64,7 @@ def deviations(model: Any, x: np.ndarray) -> np.ndarray:
 
 
 def _fmt(name: str, value: float) -> str:
-    what, unit, k, spec = WORDS[name]
+    _what, unit, k, spec = WORDS[name]
     return f"{format(value * k, spec)}{unit}"
 
 

@@ -21,9 +21,10 @@ Features (:data:`FEATURES`, order fixed by :data:`FEATURE_SCHEMA`; units in brac
 * ``frac_idle``, ``frac_locked``, ``frac_power_cap``, ``frac_sync_boost``,
   ``frac_thermal``, ``frac_hw_slowdown`` [fraction of the window]: clock-event reasons;
 * ``peer_util``, ``peer_power``, ``peer_temp``, ``peer_sm_clock``, ``peer_mem_clock``,
-  ``peer_sm_active``, ``peer_util_std``, ``peer_temp_slope``: the GPU's value minus the median of the node's GPUs at the same
-  tick (0 on a one-GPU node). The peers are the strongest baseline a node has: a
-  training job moves every GPU together, a fault moves one.
+  ``peer_sm_active``, ``peer_util_std``, ``peer_temp_slope``: the GPU's value minus the
+  median of the node's GPUs at the same tick (0 on a one-GPU node). The peers are the
+  strongest baseline a node has: a training job moves every GPU together, a fault
+  moves one.
 
 Slopes are the difference between the means of the last and the first third of the
 window over the time between their centres: robust to a single odd reading and cheap
@@ -88,7 +89,7 @@ class Grid:
 
 def window_ticks(step: float, window: float = WINDOW_S) -> int:
     """Ticks per window: at least 3 (so a slope has a first and a last third)."""
-    return max(3, int(round(window / step)))
+    return max(3, round(window / step))
 
 
 def _ffill(x: np.ndarray, limit: int) -> np.ndarray:
@@ -166,7 +167,7 @@ def _ratio(a: np.ndarray, b: np.ndarray) -> np.ndarray:
 def compute(grid: Grid, window: float = WINDOW_S) -> np.ndarray:
     """``(T, G, F)`` features of the window ending at every tick (see module docs)."""
     w = window_ticks(grid.step, window)
-    gap = max(1, int(round(5.0 / grid.step)))  # a reading missed for up to 5 s is held
+    gap = max(1, round(5.0 / grid.step))  # a reading missed for up to 5 s is held
     col = {m: _ffill(grid.col(m), gap) for m in METRICS}
     ref = ceilings(grid)
     T, G = len(grid.t), len(grid.uuids)

@@ -123,7 +123,7 @@ def replay_incidents(model: Any, grid: F.Grid, rule_incidents: Sequence[Incident
         feats = F.compute(grid, model.window)
     engaged = engaged_mask(grid.t, grid.uuids, rule_incidents)
     runner = Runner(model, host)
-    every = max(1, int(round(every_s / grid.step)))
+    every = max(1, round(every_s / grid.step))
     ticks = np.arange(len(grid.t))
     ticks = ticks[ticks % every == every - 1]
     if start is not None:

@@ -90,7 +90,7 @@ def select(feats: np.ndarray, step: float, exclude: np.ndarray | None = None,
            stride: float = STRIDE_S) -> tuple[np.ndarray, np.ndarray]:
     """Training rows from ``(T, G, F)`` features: every ``stride`` s, valid, not in
     ``exclude`` (``(T, G)`` bool, windows overlapping incidents). Returns ``(X, tick)``."""
-    every = max(1, int(round(stride / step)))
+    every = max(1, round(stride / step))
     ok = F.valid_rows(feats)
     if exclude is not None:
         ok &= ~exclude
@@ -143,7 +143,7 @@ def fit(feats: np.ndarray, *, step: float, t: np.ndarray, gpu_model: str,
                   calibration={"method": "max(held-out max, in-sample quantile) + margin",
                                "quantile": QUANTILE, "in_sample_q": q,
                                "holdout_frac": HOLDOUT, "holdout_max": hold_max,
-                               "margin": MARGIN, "windows": int(len(xf)),
+                               "margin": MARGIN, "windows": len(xf),
                                "fit_windows": int(cut), "trees": N_TREES,
                                "max_samples": int(est.max_samples_)})
     return model, {"fit_s": time.perf_counter() - t0, "windows": float(len(xf))}
