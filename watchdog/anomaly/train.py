@@ -101,13 +101,13 @@ def select(feats: np.ndarray, step: float, exclude: np.ndarray | None = None,
 
 def fit(feats: np.ndarray, *, step: float, t: np.ndarray, gpu_model: str,
         exclude: np.ndarray | None = None, seed: int = 0,
-        min_windows: int = 200) -> tuple[Model, dict[str, float]]:
+        min_windows: int = 200, stride: float = STRIDE_S) -> tuple[Model, dict[str, float]]:
     """Fit on ``(T, G, F)`` features of ticks ``t``; returns the model and fit stats
     (``fit_s``: wall seconds, ``windows``)."""
     from sklearn.ensemble import IsolationForest
 
     t0 = time.perf_counter()
-    x, tick = select(feats, step, exclude)
+    x, tick = select(feats, step, exclude, stride)
     if len(x) < min_windows:
         raise NotEnoughData(f"{len(x)} usable windows, at least {min_windows} needed")
     order = np.argsort(tick, kind="stable")
