@@ -49,6 +49,9 @@ WORDS: dict[str, tuple[str, str, float, str]] = {
     "peer_sm_active": ("SM activity against its peers", " points", 1.0, "+.0f"),
     "peer_util_std": ("utilization swings against its peers", " points", 1.0, "+.0f"),
     "peer_temp_slope": ("temperature trend against its peers", " C/min", 1.0, "+.1f"),
+    "peer_temp_drift": ("temperature against its peers, change over 10 min", " C", 1.0,
+                        "+.1f"),
+    "peer_util_drops": ("utilization drops against its peers", "/min", 1.0, "+.1f"),
 }
 HINTS = {"temp": "check the fan, airflow or coolant of this GPU",
          "power": "power does not match the work: check the board and its power delivery",

@@ -25,6 +25,12 @@ Features (:data:`FEATURES`, order fixed by :data:`FEATURE_SCHEMA`; units in brac
   median of the node's GPUs at the same tick (0 on a one-GPU node). The peers are the
   strongest baseline a node has: a training job moves every GPU together, a fault
   moves one.
+* ``peer_temp_drift`` [C]: ``peer_temp`` now minus ``peer_temp`` :data:`LOOKBACK_S` ago:
+  a GPU warming against its peers at the same power (a failing fan) climbs here in
+  minutes, while a GPU that always runs hotter (its place in the airflow) does not;
+* ``peer_util_drops`` [per min]: drops of utilization by more than 10 points from one
+  tick to the next, minus the peers' median (node-wide dips cancel; a GPU whose work
+  comes in bursts does not).
 
 Slopes are the difference between the means of the last and the first third of the
 window over the time between their centres: robust to a single odd reading and cheap
@@ -42,13 +48,14 @@ from watchdog import reasons as R
 
 FEATURE_SCHEMA = 1  # bump when a feature's meaning, unit or order changes
 WINDOW_S = 60.0
+LOOKBACK_S = 600.0  # history of peer_temp_drift
 FEATURES: tuple[str, ...] = (
     "util_mean", "util_std", "power_frac", "power_slope", "sm_active", "tensor_active",
     "temp_mean", "temp_slope", "sm_clock_frac", "sm_clock_std", "mem_clock_frac",
     "mem_ratio", "mem_slope", "frac_idle", "frac_locked", "frac_power_cap",
     "frac_sync_boost", "frac_thermal", "frac_hw_slowdown", "peer_util", "peer_power",
     "peer_temp", "peer_sm_clock", "peer_mem_clock", "peer_sm_active", "peer_util_std",
-    "peer_temp_slope")
+    "peer_temp_slope", "peer_temp_drift", "peer_util_drops")
 INDEX = {name: i for i, name in enumerate(FEATURES)}
 METRICS = ("utilization.gpu", "power.draw", "enforced.power.limit", "gpm.sm_activity",
            "gpm.tensor_activity", "temperature.gpu", "clocks.sm", "clocks.mem",
@@ -85,6 +92,11 @@ class Grid:
         if got is None:
             return np.full((len(self.t), len(self.uuids)), np.nan)
         return got
+
+
+def history_ticks(step: float) -> int:
+    """Ticks a live caller must keep: a window plus the look-back of the drift."""
+    return window_ticks(step) + max(1, round(LOOKBACK_S / step)) + 1
 
 
 def window_ticks(step: float, window: float = WINDOW_S) -> int:
@@ -206,6 +218,19 @@ def compute(grid: Grid, window: float = WINDOW_S) -> np.ndarray:
         with np.errstate(all="ignore"), _quiet():
             med = np.nanmedian(x, axis=1, keepdims=True)
         put(name, x - med)
+    lag = max(1, round(LOOKBACK_S / grid.step))
+    pt = out[:, :, INDEX["peer_temp"]]
+    drift = np.full(pt.shape, np.nan)
+    drift[lag:] = pt[lag:] - pt[:-lag]
+    put("peer_temp_drift", drift)
+    prev = np.vstack([util[:1], util[:-1]])
+    drops = np.where(np.isnan(util) | np.isnan(prev), np.nan, (prev - util) > 10.0)
+    rate = rolling_mean(drops, w) * (60.0 / grid.step)
+    if G < 2:
+        put("peer_util_drops", np.where(np.isnan(rate), np.nan, 0.0))
+    else:
+        with np.errstate(all="ignore"), _quiet():
+            put("peer_util_drops", rate - np.nanmedian(rate, axis=1, keepdims=True))
     dead = np.isnan(out[:, :, INDEX["util_mean"]]) & np.isnan(out[:, :, INDEX["power_frac"]])
     out[dead] = np.nan
     return out
@@ -226,9 +251,11 @@ class _quiet:
 
 
 def valid_rows(feats: np.ndarray) -> np.ndarray:
-    """``(T, G)`` bool: windows with utilization or power (others are not scored)."""
-    return ~(np.isnan(feats[:, :, INDEX["util_mean"]])
-             & np.isnan(feats[:, :, INDEX["power_frac"]]))
+    """``(T, G)`` bool: the windows the model judges and learns from: a GPU at work
+    (:func:`busy`). An idle or starting GPU's trouble (a stall, a hang) is the rules'
+    to name; judging only working GPUs keeps start-up, pauses and idle servers, the
+    commonest look-alikes, out of the model's way."""
+    return busy(feats)
 
 
 def busy(feats: np.ndarray) -> np.ndarray:
@@ -236,7 +263,8 @@ def busy(feats: np.ndarray) -> np.ndarray:
     its ceiling when utilization is not read)."""
     u = feats[:, :, INDEX["util_mean"]]
     p = feats[:, :, INDEX["power_frac"]]
-    return np.where(np.isnan(u), p >= 0.4, u >= 50.0)
+    with np.errstate(invalid="ignore"):
+        return np.where(np.isnan(u), p >= 0.4, u >= 50.0)
 
 
 def grid_from_frame(frame: Any, step: float | None = None) -> Grid:

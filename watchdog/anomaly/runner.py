@@ -155,7 +155,8 @@ class LiveAnomaly:
         self.host = host
         self.every_s = every_s
         self.w = F.window_ticks(interval)
-        self.rows: deque[tuple[float, dict[str, np.ndarray]]] = deque(maxlen=self.w + 1)
+        self.rows: deque[tuple[float, dict[str, np.ndarray]]] = deque(
+            maxlen=F.history_ticks(interval))
         self.uuids: list[str] = []
         self.index: list[int] = []
         self._ceil: dict[str, np.ndarray] = {}

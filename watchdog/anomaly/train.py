@@ -1,7 +1,8 @@
 """Fit the isolation forest on healthy windows and calibrate its threshold.
 
-* Windows: every ``stride`` s of each GPU's 60 s windows, busy or not (a node's normal
-  includes its checkpoints and idle gaps), leaving out windows that overlap incidents.
+* Windows: every ``stride`` s of each GPU's 60 s windows while it works
+  (:func:`~watchdog.anomaly.features.valid_rows`), leaving out windows that overlap
+  incidents.
 * Threshold: **not** ``contamination='auto'`` (which flags ~1 % of healthy windows,
   hundreds of pages per 1,000 GPU-hours). The last :data:`HOLDOUT` of the training span
   is held out of the fit; the threshold is the largest of the held-out scores' maximum
@@ -11,8 +12,11 @@
   fitted on; a window outside everything it saw follows the branches of the most
   extreme training point and scores like it (a constant training feature is never
   split on at all). So the model's score adds the exceedance beyond the training
-  range, in each feature's resolution unit (:data:`SCALE_FLOOR`: 1 C, 2 % util, 0.01 of
-  max clock...), times :data:`EXCEED_WEIGHT`, capped at :data:`EXCEED_CAP` units.
+  range, in units of a tenth of that range (:data:`RANGE_FRAC`) but at least the
+  feature's resolution (:data:`SCALE_FLOOR`: 1 C, 2 % util, 0.01 of max clock...), times
+  :data:`EXCEED_WEIGHT`, capped at :data:`EXCEED_CAP` units. A feature that never moved
+  in training (HBM clock) is judged on its resolution; one that roams (temperature
+  slope) must leave its range by a good part of it.
 * Robust per-feature centre (median) and scale (IQR / 1.349, floored) for explanation.
 """
 
@@ -36,13 +40,15 @@ STRIDE_S = 5.0
 MAX_WINDOWS = 200_000
 EXCEED_WEIGHT = 0.05  # score per resolution unit beyond the training range
 EXCEED_CAP = 20.0
-SCALE_FLOOR = {"util_mean": 2.0, "util_std": 2.0, "power_frac": 0.02, "power_slope": 0.02,
+RANGE_FRAC = 0.1
+SCALE_FLOOR = {"util_mean": 2.0, "util_std": 2.0, "power_frac": 0.02, "power_slope": 0.1,
                "sm_active": 2.0, "tensor_active": 2.0, "temp_mean": 1.0,
-               "temp_slope": 0.3, "sm_clock_frac": 0.01, "sm_clock_std": 0.01,
+               "temp_slope": 1.0, "sm_clock_frac": 0.01, "sm_clock_std": 0.01,
                "mem_clock_frac": 0.01, "mem_ratio": 0.01, "mem_slope": 0.005,
                "peer_util": 2.0, "peer_power": 0.02, "peer_temp": 1.0,
                "peer_sm_clock": 0.01, "peer_mem_clock": 0.01, "peer_sm_active": 2.0,
-               "peer_util_std": 1.0, "peer_temp_slope": 0.3}
+               "peer_util_std": 1.0, "peer_temp_slope": 0.5, "peer_temp_drift": 1.0,
+               "peer_util_drops": 1.0}
 
 
 @dataclass
@@ -127,7 +133,8 @@ def fit(feats: np.ndarray, *, step: float, t: np.ndarray, gpu_model: str,
     floor = np.array([SCALE_FLOOR.get(n, 0.02) for n in F.FEATURES])
     probe = Model(forest=forest, threshold=np.inf, gpu_model=gpu_model, trained_from=0.0,
                   trained_to=0.0, step=step, window=F.WINDOW_S, fill=fill, center=fill,
-                  scale=floor, lo=xf[:cut].min(axis=0), hi=xf[:cut].max(axis=0), unit=floor)
+                  scale=floor, lo=xf[:cut].min(axis=0), hi=xf[:cut].max(axis=0),
+                  unit=np.maximum(floor, RANGE_FRAC * np.ptp(xf[:cut], axis=0)))
     s_in = probe.scores(xf[:cut])
     s_out = probe.scores(xf[cut:]) if cut < len(xf) else s_in[:0]
     q = float(np.quantile(s_in, QUANTILE))
@@ -139,7 +146,8 @@ def fit(feats: np.ndarray, *, step: float, t: np.ndarray, gpu_model: str,
     model = Model(forest=forest, threshold=threshold, gpu_model=gpu_model,
                   trained_from=float(t[tick[0]]), trained_to=float(t[tick[-1]]),
                   step=step, window=F.WINDOW_S, fill=fill, center=center, scale=scale,
-                  lo=xf.min(axis=0), hi=xf.max(axis=0), unit=floor,
+                  lo=xf.min(axis=0), hi=xf.max(axis=0),
+                  unit=np.maximum(floor, RANGE_FRAC * np.ptp(xf, axis=0)),
                   calibration={"method": "max(held-out max, in-sample quantile) + margin",
                                "quantile": QUANTILE, "in_sample_q": q,
                                "holdout_frac": HOLDOUT, "holdout_max": hold_max,
