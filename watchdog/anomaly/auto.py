@@ -151,7 +151,7 @@ class DaemonModel:
         busy = F.busy(feats[None])[0] & ~excl
         for u, b in zip(self._uuids, busy, strict=True):
             if b:
-                self._busy_s[u] = self._busy_s.get(u, 0.0) + EVERY_S
+                self._busy_s[u] = self._busy_s.get(u, 0.0) + max(EVERY_S, self.interval)
         while self._rows and self._rows[0][0] < now - KEEP_S:
             self._rows.popleft()
 

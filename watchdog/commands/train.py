@@ -14,6 +14,8 @@ from typing import Any
 
 from watchdog.commands.common import add_source_args
 
+MIN_BUSY_MIN = 10.0  # busy minutes per GPU, as replay --model auto
+
 
 def register(sub: Any) -> None:
     """Add the ``train`` sub-command (cheap imports only)."""
@@ -112,16 +114,23 @@ def run(args: argparse.Namespace) -> int:
     feed_blocks(det, frame, [], block_rows=131_072)
     incidents = det.finish()
     grid = F.grid_from_frame(frame)
+    feats = F.compute(grid)
+    busy = train.busy_minutes(feats, grid.step)
+    if len(busy) == 0 or busy.min() < MIN_BUSY_MIN:
+        raise InputError(f"{args.source}: too little data to train: "
+                         f"{busy.min() if len(busy) else 0:.0f} busy minutes on the least "
+                         f"busy GPU, at least {MIN_BUSY_MIN:.0f} needed (an hour or more of "
+                         "normal work is better)")
     try:
-        model, stats = fit_grid(grid, incidents, gpu_model, seed=args.seed or 0)
+        model, stats = fit_grid(grid, incidents, gpu_model, seed=args.seed or 0,
+                                feats=feats)
     except train.NotEnoughData as e:
         raise InputError(f"{args.source}: too little data to train: {e} (train on at "
                          "least an hour of normal work)") from None
     size = persist.save(model, args.output)
-    busy = train.busy_minutes(F.compute(grid), grid.step) if len(grid.t) else []
     print(f"watchdog: model written to {args.output} ({size} bytes): {gpu_model}, "
           f"{len(grid.uuids)} GPUs, {int(stats['windows'])} windows, "
-          f"{min(busy) if len(busy) else 0:.0f} busy minutes on the least busy GPU, "
+          f"{busy.min():.0f} busy minutes on the least busy GPU, "
           f"{len(incidents)} incident(s) left out, threshold {model.threshold:.3f}, "
           f"fit {stats['fit_s']:.1f} s", file=sys.stderr)
     return 0
