@@ -44,7 +44,8 @@ def exclusion(grid: F.Grid, incidents: list[Incident]) -> np.ndarray:
 
 def fit_grid(grid: F.Grid, incidents: list[Incident], gpu_model: str, *,
              until: float | None = None, seed: int = 0,
-             feats: np.ndarray | None = None) -> tuple[train.Model, dict[str, float]]:
+             feats: np.ndarray | None = None, min_windows: int = 200
+             ) -> tuple[train.Model, dict[str, float]]:
     """Fit on a grid (ticks before ``until`` only), leaving out incident windows."""
     if feats is None:
         feats = F.compute(grid)
@@ -52,7 +53,7 @@ def fit_grid(grid: F.Grid, incidents: list[Incident], gpu_model: str, *,
     if until is not None:
         excl |= (grid.t >= until)[:, None]
     return train.fit(feats, step=grid.step, t=grid.t, gpu_model=gpu_model, exclude=excl,
-                     seed=seed)
+                     seed=seed, min_windows=min_windows)
 
 
 def apply(results: list[Any], spec: str, sim_key: str | None) -> None:
