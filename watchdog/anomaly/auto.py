@@ -117,6 +117,9 @@ class DaemonModel:
             return
         try:
             model = persist.load(path, gm)
+            if abs(model.step - self.interval) > 1e-6:
+                raise InputError(f"{path}: trained on {model.step:g} s samples, the agent "
+                                 f"samples every {self.interval:g} s")
         except InputError as e:
             self.error = str(e)
             if self.settings.use != "auto":
