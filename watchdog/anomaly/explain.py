@@ -1,8 +1,9 @@
 """Explanations: the few features furthest from normal, in words a person can act on.
 
-Method: **per-feature deviation from the training distribution**, a robust z-score
-``|x - median| / (IQR / 1.349)`` with a floor per feature (so a feature that never
-moved in training is not "infinitely" far off for a rounding step). Why not a
+Method: **per-feature deviation from the training distribution**: first how far a
+feature lies outside the range seen in training (the part of the score that pages),
+then a robust z-score ``|x - median| / (IQR / 1.349)`` with a floor per feature (so a
+feature that never moved in training is not "infinitely" far off for a rounding step). Why not a
 depth-based attribution (DIFFI): DIFFI ranks the features the trees *split on* to
 isolate the point, which says which feature mattered to the forest but gives no normal
 value to show; an operator needs "81 C where 66 C is normal", which the deviation gives
@@ -71,13 +72,27 @@ def _fmt(name: str, value: float) -> str:
     return f"{format(value * k, spec)}{unit}"
 
 
+def exceedance(model: Any, row: np.ndarray) -> np.ndarray:
+    """Per feature: how far outside its training range, in the model's units (0 inside)."""
+    if model.lo is None or model.hi is None or model.unit is None:
+        return np.zeros(len(row))
+    x = np.where(np.isnan(row), model.center, row)
+    return np.maximum(np.maximum(model.lo - x, x - model.hi), 0.0) / model.unit
+
+
 def top_features(model: Any, row: np.ndarray, n: int = TOP) -> list[dict[str, Any]]:
     """The ``n`` features furthest from normal: name, observed, normal (both in the
-    feature's unit), z."""
+    feature's unit), z, and ``outside`` (units beyond the training range).
+
+    Order: features outside everything seen in training first, by how far (the part of
+    the score that pages), then the rest by robust z. A fault's cause leaves the range
+    furthest; its consequences (a GPU drawing less power also cools) follow."""
     z = deviations(model, row[None, :])[0]
-    order = np.argsort(-np.abs(z), kind="stable")[:n]
+    out = exceedance(model, row)
+    order = np.lexsort((-np.abs(z), -np.round(out, 1)))[:n]
     return [{"feature": F.FEATURES[i], "observed": float(row[i]),
-             "normal": float(model.center[i]), "z": round(float(z[i]), 1)} for i in order]
+             "normal": float(model.center[i]), "z": round(float(z[i]), 1),
+             "outside": round(float(out[i]), 1)} for i in order]
 
 
 def _hint(name: str) -> str:
