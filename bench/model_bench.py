@@ -142,8 +142,9 @@ def healthy(models: dict[str, Any], seeds: list[int], hours: float, rules: Any) 
     rate = n_false / gpu_h * 1000
     ok = rate <= GOAL_FP
     print(f"simulated healthy: {n_false} in {gpu_h:.0f} GPU-hours = {rate:.2f} per 1,000 "
-          f"GPU-hours (bound at zero found: < {1000 / gpu_h:.2f}): goal <= {GOAL_FP}: "
-          f"{'HOLDS' if ok else 'MISSED'}")
+          f"GPU-hours: goal <= {GOAL_FP}: {'HOLDS on this sample' if ok else 'MISSED'} "
+          f"(zero found bounds the rate only below {1000 / gpu_h:.2f}; showing {GOAL_FP} "
+          f"takes ~{3000 / GOAL_FP:,.0f} GPU-hours)")
     return ok
 
 
@@ -202,8 +203,8 @@ def real_logs(rules: Any) -> bool:
     rate = n_false / gpu_h * 1000 if gpu_h else 0.0
     ok = n_false == 0
     print(f"real logs: {n_false} in {gpu_h:.1f} GPU-hours = {rate:.1f} per 1,000 GPU-hours: "
-          f"goal <= {GOAL_FP}: {'HOLDS' if ok else 'MISSED'} (only {gpu_h:.1f} GPU-hours: "
-          "zero found bounds the rate at nothing better than "
+          f"goal <= {GOAL_FP}: {'HOLDS on this sample' if ok else 'MISSED'} (only "
+          f"{gpu_h:.1f} GPU-hours: zero found bounds the rate only below "
           f"{1000 / max(gpu_h, 1e-9):.0f})")
     return ok
 
@@ -292,7 +293,8 @@ def main() -> int:
     ok &= healthy(models, seeds[:2], healthy_h, rules)
     ok &= real_logs(rules)
     ok &= costs(models["h100-sxm"], fit_s, size, fit_h)
-    print(f"\nall goals: {'HOLD' if ok else 'NOT ALL HELD (see MISSED above)'}")
+    print(f"\nall goals: {'HOLD on these samples' if ok else 'NOT ALL HELD (see MISSED above)'}"
+          " (false-alarm goals: see the bounds above)")
     return 0
 
 

@@ -112,3 +112,14 @@ def test_daemon_model_config_errors_name_file_and_line(tmp_path: Path) -> None:
     cfg = _config(tmp_path, str(tmp_path / "missing.wdm"))
     r = wd("run", "--config", str(cfg), "--duration", "1m")
     assert r.returncode == 2 and "missing.wdm: cannot read" in r.stderr
+
+
+def test_train_samples_the_real_gpus_through_nvml(tmp_path: Path) -> None:
+    """On the fake NVML (below nvidia-ml-py): 3 s of idle GPUs are too little to train."""
+    r = subprocess.run([sys.executable, "-m", "watchdog.testing.fakenvml", "healthy", "--",
+                        "watchdog", "train", "--source", "nvml", "--duration", "3s",
+                        "--output", str(tmp_path / "m.wdm")], capture_output=True, text=True,
+                       timeout=60, cwd=tmp_path)
+    assert r.returncode == 2, r.stderr
+    assert "nvml: too little data to train: 0 busy minutes" in r.stderr
+    assert not (tmp_path / "m.wdm").exists()
