@@ -72,7 +72,7 @@ class Agent:
         new = config_mod.load(self.cfg.path)
         rules = load_rules(self.rules_override or list(new.rules) or None)
         notes = []
-        for key in ("source", "state_dir", "host", "metrics_listen", "record"):
+        for key in ("source", "state_dir", "host", "metrics_listen", "record", "model"):
             if getattr(new, key) != getattr(self.cfg, key):
                 notes.append(f"{key} changed: takes effect at the next restart")
         self.pipeline.replace_detector(_detector_factory(rules, self.pipeline))
