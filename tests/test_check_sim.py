@@ -48,7 +48,7 @@ def test_whole_node_hang_names_every_gpu(capsys):
 
 
 def test_hang_on_a100_without_gpm(capsys):
-    rc, doc = check(capsys, "--source", "sim:comm_hang", "--model", "a100-pcie", "--gpus", "4")
+    rc, doc = check(capsys, "--source", "sim:comm_hang", "--gpu-model", "a100-pcie", "--gpus", "4")
     assert rc == 1 and {p["check"] for p in doc["problems"]} == {"comm_hang"}
     assert doc["gpus"][0]["metrics"].get("gpm.sm_activity") is None
 

@@ -1,3 +1,3 @@
 """One module per sub-command; each has ``register(subparsers)`` (cheap imports only)."""
 
-COMMANDS = ("check", "record", "replay", "rules", "run", "status")
+COMMANDS = ("check", "record", "replay", "rules", "run", "status", "train")

@@ -26,10 +26,32 @@ def add_source_args(p: argparse.ArgumentParser, default: str | None = "nvml",
     sim = p.add_argument_group("simulated node (--source sim…)")
     sim.add_argument("--gpus", type=int, default=8 if sim_defaults else None,
                      help="number of simulated GPUs (default 8)")
-    sim.add_argument("--model", default="h100-sxm" if sim_defaults else None,
-                     help="simulated GPU model: h100-sxm | a100-pcie (default h100-sxm)")
+    sim.add_argument("--gpu-model", dest="gpu_model",
+                     default="h100-sxm" if sim_defaults else None,
+                     help="simulated GPU type: h100-sxm | a100-pcie (default h100-sxm)")
+    sim.add_argument("--model", dest="old_model", default=None, help=argparse.SUPPRESS)
     sim.add_argument("--seed", type=int, default=0 if sim_defaults else None,
                      help="random seed (default 0)")
+
+
+def gpu_model_arg(args: argparse.Namespace) -> str | None:
+    """``--gpu-model``, or the deprecated ``--model h100-sxm|a100-pcie`` (one note on
+    stderr). ``--model`` now names the anomaly model; any other value is an error."""
+    import sys
+
+    from watchdog.sources.sim.models import MODELS
+
+    old = getattr(args, "old_model", None)
+    if old is None:
+        return args.gpu_model
+    if old not in MODELS:
+        raise InputError(f"--model {old}: this command takes no anomaly model; the "
+                         f"simulated GPU type is --gpu-model ({' | '.join(MODELS)})")
+    print(f"watchdog: note: --model {old} is deprecated for the simulated GPU type; "
+          f"use --gpu-model {old}", file=sys.stderr)
+    if args.gpu_model not in (None, old) and args.gpu_model != "h100-sxm":
+        raise InputError(f"--model {old} and --gpu-model {args.gpu_model} disagree")
+    return old
 
 
 def add_tz_arg(p: argparse.ArgumentParser) -> None:
@@ -71,5 +93,5 @@ def source_options(args: argparse.Namespace) -> SourceOptions:
     if args.gpus < 1 or args.gpus > 256:
         raise InputError(f"--gpus {args.gpus}: expected 1..256")
     return SourceOptions(host=args.host, mapping=parse_map(args.map), sim_gpus=args.gpus,
-                         sim_model=args.model, sim_seed=args.seed,
+                         sim_model=gpu_model_arg(args) or "h100-sxm", sim_seed=args.seed,
                          tz=check_tz(getattr(args, "tz", None)))

@@ -2,8 +2,8 @@
 
 Each PATH is a log the replay readers know (``nvidia-smi`` CSV in its variants, ``dmon``,
 the project's recordings, any CSV with ``--map``) or ``sim:SCENARIO[,…]`` to generate a
-recording from the simulated node (``--duration``, ``--interval``, ``--gpus``, ``--model``,
-``--seed``) so the product can be seen with no files at all.
+recording from the simulated node (``--duration``, ``--interval``, ``--gpus``,
+``--gpu-model``, ``--seed``) so the product can be seen with no files at all.
 
 The detector is fed the recording's frame in blocks of whole ticks (``--block-rows``,
 default 131 072 rows, the engine's own block bound): block replay has exactly the
@@ -63,13 +63,17 @@ def register(subparsers: Any) -> None:
     p.add_argument("--fail-on", choices=SEVERITIES, default=None, metavar="SEVERITY",
                    help="exit 1 when an incident of this severity or worse is found "
                         f"({' | '.join(SEVERITIES)})")
+    p.add_argument("--model", default=None, metavar="MODEL|auto",
+                   help="also run the anomaly model: a file from `watchdog train`, or auto "
+                        "(fit on the first 40%% of each log when it holds 10 busy minutes "
+                        "per GPU). Default: no model")
     p.add_argument("--block-rows", type=int, default=BLOCK_ROWS, metavar="N",
                    help=f"rows fed to the detector at a time (default {BLOCK_ROWS})")
     sim = p.add_argument_group("simulated recordings (PATH = sim:SCENARIO…)")
     sim.add_argument("--duration", default="30m", help="length to simulate (default 30m)")
     sim.add_argument("--interval", default="1s", help="sampling interval (default 1s)")
     sim.add_argument("--gpus", type=int, default=8, help="simulated GPUs (default 8)")
-    sim.add_argument("--model", default="h100-sxm", help="h100-sxm | a100-pcie")
+    sim.add_argument("--gpu-model", default="h100-sxm", help="h100-sxm | a100-pcie")
     sim.add_argument("--seed", type=int, default=0, help="random seed (default 0)")
     p.set_defaults(func=run)
 
@@ -87,6 +91,15 @@ def replay(args: argparse.Namespace) -> tuple[list[Any], Any]:
         raise InputError(f"--block-rows {args.block_rows}: expected a positive number")
     if args.plot:
         check_plot_target(args.plot)
+    from watchdog.sources.sim.models import MODELS
+
+    if args.model in MODELS:  # the old spelling of the simulated GPU type
+        print(f"watchdog: note: --model {args.model} is deprecated for the simulated GPU "
+              f"type; use --gpu-model {args.model}", file=sys.stderr)
+        args.gpu_model, args.model = args.model, None
+    if args.model is not None and args.model != "auto" and not Path(args.model).is_file():
+        raise InputError(f"--model {args.model}: no such model file (train one with "
+                         "`watchdog train --output FILE`, or use --model auto)")
     mapping = parse_map(args.map)
     check_tz(args.tz)
     sim = any(is_sim(p) for p in args.paths)
@@ -96,9 +109,14 @@ def replay(args: argparse.Namespace) -> tuple[list[Any], Any]:
         mapping=mapping, host=args.host, tz=args.tz, block_rows=args.block_rows,
         duration=parse_duration(args.duration, what="--duration") if sim else 0.0,
         interval=parse_duration(args.interval, what="--interval") if sim else 1.0,
-        gpus=args.gpus, gpu_model=args.model, seed=args.seed)
+        gpus=args.gpus, gpu_model=args.gpu_model, seed=args.seed)
     rules = load_rules(args.rules or None)
-    return replay_inputs(args.paths, rules, opts, should_show(args.json)), rules
+    results = replay_inputs(args.paths, rules, opts, should_show(args.json))
+    if args.model is not None:
+        from watchdog.anomaly.offline import apply
+
+        apply(results, args.model, args.gpu_model)
+    return results, rules
 
 
 def rule_count(rules: Any) -> int:

@@ -78,7 +78,7 @@ def _settings(args: argparse.Namespace) -> tuple[Any, str, float, float]:
 
 def run(args: argparse.Namespace) -> int:
     from watchdog.clock import WallClock
-    from watchdog.commands.common import parse_map
+    from watchdog.commands.common import gpu_model_arg, parse_map
     from watchdog.errors import InputError, SourceUnavailable
     from watchdog.sources import SourceOptions, kind_of, open_live
     from watchdog.units import parse_duration
@@ -90,7 +90,7 @@ def run(args: argparse.Namespace) -> int:
     options = SourceOptions(
         host=args.host or cfg.host, mapping=parse_map(args.map),
         sim_gpus=args.gpus if args.gpus is not None else cfg.sim_gpus,
-        sim_model=args.model if args.model is not None else cfg.sim_model,
+        sim_model=gm if (gm := gpu_model_arg(args)) is not None else cfg.sim_model,
         sim_seed=args.seed if args.seed is not None else cfg.sim_seed,
         call_timeout=cfg.call_timeout, tz=check_tz(args.tz))
     demo = False

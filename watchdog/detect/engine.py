@@ -169,6 +169,22 @@ class Detector:
         self._transitions = []
         return [(what, inc) for _, what, inc in out]
 
+    def engaged_gpus(self) -> set[str]:
+        """UUIDs where any rule is pending or firing now (the anomaly model stays quiet
+        there: what a rule is about to name is the rule's)."""
+        out: set[str] = set()
+        for name, machine in self._machines.items():
+            for key, st in machine.states.items():
+                if st.phase == "inactive":
+                    continue
+                if st.incident is not None:
+                    out.update(st.incident.uuids)
+                if key != NODE:
+                    out.add(key)
+                else:
+                    out.update(self._held_since.get(name, {}))
+        return out
+
     def finish(self) -> list[Incident]:
         """End of input: process held rows; active incidents keep ``resolved_at=None``."""
         self._flush()

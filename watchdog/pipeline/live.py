@@ -72,13 +72,16 @@ class LivePipeline:
     :class:`~watchdog.state.agent.AgentStore` or None) keeps learned state, incidents
     and status. ``notifiers`` are called with ``(transition, incident)``; ``notifier``
     (optional) is an alerting facade with ``observe(transitions)`` and ``tick(now)``.
+    ``anomaly`` (optional) is called each tick as ``anomaly(now, samples, engaged)``
+    (``engaged``: UUIDs where a rule is pending or firing) and returns anomaly
+    transitions, merged into the tick's (:mod:`watchdog.anomaly.auto`).
     """
 
     def __init__(self, open_source: Callable[[float], LiveSource],
                  make_detector: Callable[[LiveSource], Any], clock: Clock, *,
                  spec: str, interval: float, store: Any = None,
                  notifiers: Sequence[Notify] = (), notifier: Any = None,
-                 recorder: Any = None, host: str | None = None) -> None:
+                 recorder: Any = None, host: str | None = None, anomaly: Any = None) -> None:
         self._open_source = open_source
         self._make_detector = make_detector
         self.clock = clock
@@ -88,6 +91,7 @@ class LivePipeline:
         self.notifiers = list(notifiers)
         self.notifier = notifier
         self.recorder = recorder
+        self.anomaly = anomaly
         self.host = host
         self.stats = TickStats()
         self.source: LiveSource | None = None
@@ -155,6 +159,11 @@ class LivePipeline:
         self.detector.feed_tick(now, samples)
         changes.extend(self.detector.drain())
         self._updates(changes)
+        if self.anomaly is not None:
+            try:
+                changes.extend(self.anomaly(now, samples, self.detector.engaged_gpus()))
+            except Exception as e:  # noqa: BLE001 - the model must not stop the rules
+                log.error("anomaly model failed: %s: %s", type(e).__name__, e)
         ms = (time.perf_counter() - t0) * 1000.0
         self.stats.last_detect_ms = ms
         self.stats.max_detect_ms = max(self.stats.max_detect_ms, ms)
@@ -370,6 +379,8 @@ class LivePipeline:
             "notifications": s.notifications, "active_incidents": active,
             "learned_waits": waits, **self.extra_status,
         }
+        if self.anomaly is not None and hasattr(self.anomaly, "status"):
+            doc["model"] = self.anomaly.status()
         if self.notifier is not None and hasattr(self.notifier, "status"):
             try:
                 doc["alerting"] = self.notifier.status()

@@ -72,7 +72,7 @@ class Agent:
         new = config_mod.load(self.cfg.path)
         rules = load_rules(self.rules_override or list(new.rules) or None)
         notes = []
-        for key in ("source", "state_dir", "host", "metrics_listen", "record"):
+        for key in ("source", "state_dir", "host", "metrics_listen", "record", "model"):
             if getattr(new, key) != getattr(self.cfg, key):
                 notes.append(f"{key} changed: takes effect at the next restart")
         self.pipeline.replace_detector(_detector_factory(rules, self.pipeline))
@@ -90,6 +90,25 @@ def _detector_factory(rules: Any, pipeline: Any) -> Any:
         return Detector(rules, host=pipeline.host or source.host, devices=source.devices())
 
     return make
+
+
+def _anomaly(cfg: Any, sdir: Any, namespace: str, pipeline: Any) -> Any:
+    """The anomaly model hook for config ``model:`` (None when off)."""
+    from pathlib import Path
+
+    from watchdog.anomaly.auto import DaemonModel, parse
+
+    settings = parse(cfg.model, f"{cfg.path}:{cfg.lines.get('model', '?')}")
+    if settings is None:
+        return None
+
+    def gpu_model() -> str:
+        src = pipeline.source
+        names = [d.name for d in src.devices() if d.name] if src is not None else []
+        return names[0] if names else "unknown"
+
+    return DaemonModel(settings, Path(sdir) / f"anomaly-{namespace}.wdm", pipeline.host,
+                       pipeline.interval, gpu_model)
 
 
 def build(cfg: Any, *, spec: str, options: Any, interval: float, speed: float,
@@ -126,6 +145,7 @@ def build(cfg: Any, *, spec: str, options: Any, interval: float, speed: float,
                             interval=interval, store=store,
                             notifiers=[ConsoleNotifier(color=colour)], host=host)
     pipeline._make_detector = _detector_factory(rules, pipeline)
+    pipeline.anomaly = _anomaly(cfg, sdir, namespace, pipeline)
     agent = Agent(cfg=cfg, spec=spec, pipeline=pipeline, daemon=None,
                   rules_override=rules_override, state_dir=sdir)
     stop_at = clock.now() + stop_after if stop_after is not None else None

@@ -60,6 +60,9 @@ def render(doc: dict[str, Any], now: float) -> str:
             f"{rule} {duration(w['longest_s'])} over {w.get('episodes', 0)} episodes"
             if w.get("longest_s") is not None else f"{rule} not learned yet"
             for rule, w in sorted(waits.items())))
+    md = doc.get("model")
+    if md:
+        lines.append(_model_line(md))
     m = doc.get("metrics")
     if m:
         lines.append(f"metrics: {m['listen']}" + (f" NOT SERVING: {m['error']}"
@@ -68,3 +71,19 @@ def render(doc: dict[str, Any], now: float) -> str:
         lines.append(f"alerting: {doc['alerting']}")
     lines.append(f"status written {_t(doc.get('status_written_at'))}")
     return "\n".join(lines)
+
+
+def _model_line(md: dict[str, Any]) -> str:
+    """``anomaly model: collecting 12/60 busy minutes`` or ``scoring (fitted ...)``."""
+    head = f"anomaly model ({md.get('use')}): {md.get('state')}"
+    if md.get("state") in ("collecting", "fitting"):
+        head += f" {md.get('busy_min', 0):.0f}/{md.get('need_min')} busy minutes"
+    if md.get("fitted_at") is not None:
+        head += f" · fitted at {_t(md['fitted_at'])}"
+    if md.get("threshold") is not None:
+        head += f" · threshold {md['threshold']:.3f}"
+    if md.get("last_score_max") is not None:
+        head += f" · last score max {md['last_score_max']:.3f}"
+    if md.get("error"):
+        head += f" · {md['error']}"
+    return head

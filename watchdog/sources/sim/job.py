@@ -51,7 +51,8 @@ class GpuState:
     ``remap_*``, ``replay_*`` and ``nvlink_*`` fields are added to the node's counters.
     """
 
-    __slots__ = ("cooling", "dram", "ecc_unc", "lost", "mem_used", "mem_util", "nvlink_extra",
+    __slots__ = ("cooling", "dram", "ecc_unc", "lost", "mem_mhz", "mem_used", "mem_util",
+                 "nvlink_extra",
                  "pcie_gen", "pcie_rx", "pcie_tx", "pcie_width", "power", "process", "reasons",
                  "remap_pending", "replay_extra", "serving", "sm_act", "sm_mhz", "sm_occ",
                  "tau_s", "tensor", "util")
@@ -61,6 +62,7 @@ class GpuState:
         self.mem_util = 0.0
         self.power = 0.0
         self.sm_mhz = 0.0
+        self.mem_mhz = 0.0  # memory clock; 0 = the model's maximum (HBM runs at full speed)
         self.reasons = 0
         self.mem_used = 0.0
         self.sm_act = 0.0

@@ -94,7 +94,7 @@ def get_model(key: str) -> GpuModel:
         return MODELS[key.strip().lower()]
     except KeyError:
         raise InputError(
-            f"--model {key!r}: unknown simulated GPU model "
+            f"--gpu-model {key!r}: unknown simulated GPU model "
             f"(valid: {', '.join(sorted(MODELS))})") from None
 
 

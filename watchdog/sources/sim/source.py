@@ -196,7 +196,7 @@ class SimSource:
             "temperature.memory": float(round(temp + m.mem_temp_offset_c)),
             "fan.speed": None,  # passively cooled data-centre boards
             "clocks.sm": sm,
-            "clocks.mem": m.max_mem_mhz,
+            "clocks.mem": float(round(st.mem_mhz)) if st.mem_mhz else m.max_mem_mhz,
             "clocks.gr": sm,
             "clocks_event_reasons.active": float(st.reasons),
             "pstate": 0.0,

@@ -1,0 +1,302 @@
+"""The anomaly model, measured against the goals of issue 10.
+
+1. Faults the rules do not name (``power_mismatch``, ``slow_no_reason``, ``temp_drift``,
+   ``hbm_sag``, ``bursty_util``), on both simulated GPU models and several seeds, each
+   scored by a model fitted on a healthy node of another seed, injected 15 min into the
+   run and watched for 25 min: found (an ``anomaly`` incident on the faulty GPU fired at
+   or after the onset), time to alert (fired_at - onset), and whether the first explained
+   feature is one the fault moves.
+2. False anomalies per 1,000 GPU-hours on healthy data: the healthy simulated job (start-
+   up, checkpoints of three kinds, power-cap bits, sync boost, the hot GPU) and the idle
+   inference server, scored by that healthy model; and every log in
+   ../shared/real-telemetry and ../shared/real-gpu with a model fitted on its first 40 %
+   (its rest scored). A log too short to fit is listed as such.
+3. Fit time, model file size, scoring cost per evaluation for 8 and 64 GPUs against the
+   named baseline ``sklearn IsolationForest.score_samples`` on the same rows, and the
+   agent's CPU per tick with the model on against the same agent without it.
+
+    .venv/bin/python bench/model_bench.py           # 3 seeds, 3 h fits: a few minutes
+    .venv/bin/python bench/model_bench.py --quick   # 1 seed, 1.5 h fits
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+REPO = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(REPO))
+SHARED = next((p for p in (REPO.parent / "shared", REPO.parent.parent / "shared")
+               if p.is_dir()), REPO.parent / "shared")
+REAL = Path(os.environ.get("WATCHDOG_REAL_TELEMETRY", SHARED / "real-telemetry"))
+REAL_GPU = SHARED / "real-gpu"
+
+from watchdog.anomaly import features as F  # noqa: E402
+from watchdog.anomaly import persist, runner, train  # noqa: E402
+from watchdog.detect import load_rules  # noqa: E402
+from watchdog.pipeline.replay import detect, simulate  # noqa: E402
+from watchdog.sources.sim.faults import UNNAMED  # noqa: E402
+
+EXPECTED = {  # the features each fault moves (the explanation's first should be one)
+    "power_mismatch": {"power_frac", "peer_power", "power_slope"},
+    "slow_no_reason": {"sm_clock_frac", "peer_sm_clock", "sm_clock_std"},
+    "temp_drift": {"temp_mean", "temp_slope", "peer_temp", "peer_temp_slope",
+                   "peer_temp_drift"},
+    "hbm_sag": {"mem_clock_frac", "peer_mem_clock"},
+    "bursty_util": {"util_std", "util_mean", "peer_util", "peer_util_std",
+                    "peer_util_drops"},
+}
+GOAL_FP = 0.01  # false anomalies per 1,000 GPU-hours
+GOAL_TTA_S = 120.0
+GOAL_EXPLAINED = 0.9
+GOAL_SCORE_MS = 10.0
+GPU_MODELS = ("h100-sxm", "a100-pcie")
+ONSET_MIN = 15  # a node that has run a while: peer_temp_drift has its 10 min of history
+
+
+def fit_healthy(gpu_model: str, hours: float, seed: int = 100) -> tuple[Any, float, int]:
+    rec, src = simulate("sim:healthy", duration=hours * 3600, gpus=8, seed=seed,
+                        model=gpu_model)
+    g = F.grid_from_frame(rec.frame)
+    feats = F.compute(g)
+    t0 = time.perf_counter()
+    model, _ = train.fit(feats, step=g.step, t=g.t, gpu_model=src.devices()[0].name or "x")
+    fit_s = time.perf_counter() - t0
+    with tempfile.TemporaryDirectory() as d:
+        size = persist.save(model, Path(d) / "m.wdm")
+    return model, fit_s, size
+
+
+def run_scored(model: Any, spec: str, minutes: float, gpu_model: str, seed: int,
+               rules: Any) -> tuple[list[Any], list[Any], Any, Any]:
+    rec, src = simulate(spec, duration=minutes * 60, gpus=8, seed=seed, model=gpu_model)
+    incidents = detect(rec, rules)
+    g = F.grid_from_frame(rec.frame)
+    found, _ = runner.replay_incidents(model, g, incidents, rec.host)
+    return found, incidents, src, g
+
+
+def faults(models: dict[str, Any], seeds: list[int], rules: Any) -> bool:
+    print("\n1. faults the rules do not name (model fitted on healthy seed 100)")
+    print(f"{'fault':16} {'GPU':10} {'seed':>4} {'found':>6} {'alert s':>8} "
+          f"{'rule incidents':>15}  first explained feature")
+    ttas: list[float] = []
+    explained, total, found_n = 0, 0, 0
+    per_fault: dict[str, list[float]] = {}
+    for name in UNNAMED:
+        for gm in GPU_MODELS:
+            for seed in seeds:
+                found, incs, src, _g = run_scored(models[gm], f"sim:{name}@{ONSET_MIN}m",
+                                                  ONSET_MIN + 25.0, gm, seed, rules)
+                truth = src.ground_truth()[0]
+                hits = [i for i in found if i.uuids == list(truth.uuids)
+                        and (i.fired_at or 0) >= truth.onset]
+                total += 1
+                first = hits[0] if hits else None
+                tta = None if first is None else first.fired_at - truth.onset
+                feat = first.evidence["features"][0]["feature"] if first else "-"
+                ok = feat in EXPECTED[name]
+                if first is not None:
+                    found_n += 1
+                    ttas.append(tta)
+                    per_fault.setdefault(name, []).append(tta)
+                    explained += ok
+                print(f"{name:16} {gm:10} {seed:>4} {'yes' if first else 'NO':>6} "
+                      f"{'-' if tta is None else f'{tta:.0f}':>8} {len(incs):>15}  {feat}"
+                      f"{'' if first is None or ok else '  (not the injected one)'}")
+    med = statistics.median(ttas) if ttas else float("inf")
+    frac = explained / found_n if found_n else 0.0
+    for name, v in per_fault.items():
+        print(f"  {name}: median time to alert {statistics.median(v):.0f} s over {len(v)}")
+    g1 = found_n == total
+    g2 = med <= GOAL_TTA_S
+    g3 = frac >= GOAL_EXPLAINED
+    print(f"found {found_n}/{total}: goal every one: {'HOLDS' if g1 else 'MISSED'}")
+    print(f"median time to alert {med:.0f} s: goal <= {GOAL_TTA_S:.0f} s: "
+          f"{'HOLDS' if g2 else 'MISSED'}")
+    print(f"first explained feature is the injected one in {explained}/{found_n} "
+          f"({frac:.0%}): goal >= {GOAL_EXPLAINED:.0%}: {'HOLDS' if g3 else 'MISSED'}")
+    return g1 and g2 and g3
+
+
+def healthy(models: dict[str, Any], seeds: list[int], hours: float, rules: Any) -> bool:
+    print("\n2a. false anomalies on the healthy simulated node (its traps included)")
+    n_false, gpu_h = 0, 0.0
+    for gm in GPU_MODELS:
+        for spec, h in (("sim:healthy", hours), ("sim:inference_server", hours)):
+            for seed in seeds:
+                found, _, _, g = run_scored(models[gm], spec, h * 60, gm, seed, rules)
+                hours_here = len(g.t) * g.step / 3600 * len(g.uuids)
+                n_false += len(found)
+                gpu_h += hours_here
+                print(f"  {gm:10} {spec:22} seed {seed}: {len(found)} anomalies in "
+                      f"{hours_here:.0f} GPU-hours")
+    rate = n_false / gpu_h * 1000
+    ok = rate <= GOAL_FP
+    print(f"simulated healthy: {n_false} in {gpu_h:.0f} GPU-hours = {rate:.2f} per 1,000 "
+          f"GPU-hours: goal <= {GOAL_FP}: {'HOLDS on this sample' if ok else 'MISSED'} "
+          f"(zero found bounds the rate only below {1000 / gpu_h:.2f}; showing {GOAL_FP} "
+          f"takes ~{3000 / GOAL_FP:,.0f} GPU-hours)")
+    return ok
+
+
+def real_logs(rules: Any) -> bool:
+    from watchdog.anomaly.offline import AUTO_BUSY_MIN, fit_grid, gpu_model_of
+    from watchdog.sources.replay import open_log
+    from watchdog.testing.real_telemetry import readings
+
+    print("\n2b. false anomalies on real logs (fitted on the first 40 %, the rest scored)")
+    ways = readings(REAL) if REAL.is_dir() else []
+    if REAL_GPU.is_dir():
+        ways += [(f"real-gpu/{p.parent.name}/{p.name}", p, None, None)
+                 for p in sorted(REAL_GPU.rglob("*")) if p.suffix in (".csv", ".wdrec")]
+    if not ways:
+        print(f"  skipped: no real logs at {REAL} or {REAL_GPU}")
+        return True
+    n_false, gpu_h, forced_false, forced_h = 0, 0.0, 0, 0.0
+    for label, path, mapping, host in ways:
+        try:
+            rec = open_log(path, mapping=mapping, host=host, in_parts=False)
+        except Exception as e:  # noqa: BLE001 - a log the readers refuse is reported
+            print(f"  {label}: not readable: {e}")
+            continue
+        g = F.grid_from_frame(rec.frame)
+        if len(g.t) < 10:
+            print(f"  {label}: too short")
+            continue
+        incs = detect(rec, rules)
+        feats = F.compute(g)
+        cut = g.t[0] + 0.4 * (g.t[-1] - g.t[0])
+        busy = train.busy_minutes(feats[g.t < cut], g.step)
+        auto = bool(len(busy)) and busy.min() >= AUTO_BUSY_MIN
+        try:
+            model, _ = fit_grid(g, incs, gpu_model_of(rec.frame), until=cut, feats=feats,
+                                min_windows=50)
+        except train.NotEnoughData as e:
+            print(f"  {label}: not fitted ({e}); {len(g.uuids)} GPUs, "
+                  f"{(g.t[-1] - g.t[0]) / 60:.0f} min")
+            continue
+        found, _ = runner.replay_incidents(model, g, incs, rec.host, start=cut, feats=feats)
+        hours_here = (g.t[-1] - cut) / 3600 * len(g.uuids)
+        head = (f"{len(found)} anomalies in {hours_here:.1f} GPU-hours scored "
+                f"({len(incs)} rule incidents)")
+        if not auto:  # replay --model auto would refuse this log: informational only
+            forced_false += len(found)
+            forced_h += hours_here
+            print(f"  {label}: --model auto would not fit ({busy.min() if len(busy) else 0:.0f}"
+                  f" busy min < {AUTO_BUSY_MIN:.0f}); forced fit: {head}"
+                  + "".join(f"\n      {i.summary[:140]}" for i in found[:1]))
+            continue
+        n_false += len(found)
+        gpu_h += hours_here
+        print(f"  {label}: {head}" + "".join(f"\n      {i.summary[:140]}" for i in found[:2]))
+    print(f"forced fits on logs too short for --model auto (not the product's behaviour): "
+          f"{forced_false} anomalies in {forced_h:.1f} GPU-hours")
+    rate = n_false / gpu_h * 1000 if gpu_h else 0.0
+    ok = n_false == 0
+    print(f"real logs: {n_false} in {gpu_h:.1f} GPU-hours = {rate:.1f} per 1,000 GPU-hours: "
+          f"goal <= {GOAL_FP}: {'HOLDS on this sample' if ok else 'MISSED'} (only "
+          f"{gpu_h:.1f} GPU-hours: zero found bounds the rate only below "
+          f"{1000 / max(gpu_h, 1e-9):.0f})")
+    return ok
+
+
+def costs(model: Any, fit_s: float, size: int, fit_h: float) -> bool:
+    print("\n3. costs")
+    rng = np.random.default_rng(0)
+    rec, _ = simulate("sim:healthy", duration=1800, gpus=8, seed=3)
+    g = F.grid_from_frame(rec.frame)
+    feats = F.compute(g)
+    rows = feats[feats.shape[0] // 2]
+    from sklearn.ensemble import IsolationForest
+
+    base = IsolationForest(n_estimators=train.N_TREES, max_samples=256, random_state=0).fit(
+        np.nan_to_num(feats[::5].reshape(-1, feats.shape[-1])))
+    ok = True
+    for n in (8, 64):
+        x = np.nan_to_num(np.tile(rows, (n // 8, 1)) + rng.normal(0, 1e-3, (n, rows.shape[1])))
+        ours = _median_ms(lambda x=x: model.scores(x))
+        theirs = _median_ms(lambda x=x: base.score_samples(x))
+        print(f"  scoring {n:>2} GPUs: {ours:.2f} ms per evaluation; sklearn score_samples "
+              f"{theirs:.2f} ms; ratio {ours / theirs:.2f}")
+        if n == 64:
+            ok = ours <= GOAL_SCORE_MS
+            print(f"  goal <= {GOAL_SCORE_MS:.0f} ms for 64 GPUs: {'HOLDS' if ok else 'MISSED'}")
+    print(f"  fit ({fit_h:g} h x 8 GPUs, sklearn IsolationForest + calibration): {fit_s:.2f} s; "
+          f"model file {size / 1024:.0f} KiB")
+    return ok and agent_cpu(model)
+
+
+def _median_ms(fn: Any, n: int = 200) -> float:
+    fn()
+    out = []
+    for _ in range(n):
+        t0 = time.perf_counter()
+        fn()
+        out.append((time.perf_counter() - t0) * 1000)
+    return statistics.median(out)
+
+
+def agent_cpu(model: Any, ticks: int = 600) -> bool:
+    """The live pipeline on the simulated node (ManualClock), with and without the
+    model's hook: CPU ms per tick. Baseline: the same agent without the model."""
+    from watchdog.clock import ManualClock
+    from watchdog.detect import Detector
+    from watchdog.pipeline.live import LivePipeline
+    from watchdog.sources import SourceOptions, open_live
+
+    rules = load_rules(None)
+    res = {}
+    for label, hook in (("without model", None), ("with model", "on")):
+        clock = ManualClock(start=1_767_225_600.0)
+        anomaly = runner.LiveAnomaly(model, "sim", 1.0) if hook else None
+        p = LivePipeline(lambda now: open_live("sim:healthy", SourceOptions(), start=now),
+                         lambda src: Detector(rules, host="sim", devices=src.devices()),
+                         clock, spec="sim:healthy", interval=1.0, anomaly=anomaly)
+        cpu = []
+        for _ in range(ticks):
+            p.tick()
+            cpu.append(p.stats.last_tick_ms)
+            clock.advance(1.0)
+        res[label] = statistics.mean(cpu[100:])
+    ratio = res["with model"] / res["without model"]
+    print(f"  agent CPU per tick, 8 GPUs: {res['without model']:.2f} ms without the model, "
+          f"{res['with model']:.2f} ms with it (ratio {ratio:.2f}); the daemon's budget "
+          "(agent CPU/tick <= gpustat's 11.4 ms/query on the real H100): "
+          f"{'HOLDS' if res['with model'] <= 11.4 else 'MISSED'}")
+    return res["with model"] <= 11.4
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--quick", action="store_true", help="1 seed, shorter runs (CI)")
+    args = ap.parse_args()
+    seeds = [1] if args.quick else [1, 2, 3]
+    fit_h = 1.5 if args.quick else 3.0
+    healthy_h = 2.0 if args.quick else 6.0
+    rules = load_rules(None)
+    models, fit_s, size = {}, 0.0, 0
+    for gm in GPU_MODELS:
+        m, s, z = fit_healthy(gm, fit_h)
+        models[gm] = m
+        if gm == "h100-sxm":
+            fit_s, size = s, z
+    ok = faults(models, seeds, rules)
+    ok &= healthy(models, seeds[:2], healthy_h, rules)
+    ok &= real_logs(rules)
+    ok &= costs(models["h100-sxm"], fit_s, size, fit_h)
+    print(f"\nall goals: {'HOLD on these samples' if ok else 'NOT ALL HELD (see MISSED above)'}"
+          " (false-alarm goals: see the bounds above)")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,76 @@
+"""Feature functions against values computed by hand on tiny grids."""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from watchdog import reasons as R
+from watchdog.anomaly import features as F
+
+
+def grid(**cols: list[list[float]]) -> F.Grid:
+    """A grid of T ticks x G GPUs, 1 s apart, from metric=rows (T lists of G values)."""
+    data = {("clocks_event_reasons.active" if k == "reasons" else k.replace("_", ".")):
+            np.array(v, dtype=float) for k, v in cols.items()}
+    t, g = next(iter(data.values())).shape
+    return F.Grid(np.arange(t, dtype=float), 1.0, [f"u{i}" for i in range(g)],
+                  list(range(g)), data)
+
+
+def col(feats: np.ndarray, name: str) -> np.ndarray:
+    return feats[:, :, F.INDEX[name]]
+
+
+def test_levels_variability_and_window_not_full_yet() -> None:
+    util = [[100, 50], [100, 50], [40, 50], [100, 50], [100, 50], [100, 50]]
+    f = F.compute(grid(utilization_gpu=util), window=3.0)
+    assert np.isnan(col(f, "util_mean")[:2]).all()  # the window (3 ticks) is not full
+    # ticks 2..4 of GPU 0: 40, 100, 100 -> mean 80, population std sqrt(800)
+    assert col(f, "util_mean")[4, 0] == pytest.approx(80.0)
+    assert col(f, "util_std")[4, 0] == pytest.approx(np.sqrt(((40 - 80) ** 2 + 2 * 20 ** 2) / 3))
+    assert col(f, "util_mean")[5, 0] == pytest.approx(100.0)
+    # peers: GPU 0 minus the median of (GPU 0, GPU 1) at the same tick
+    assert col(f, "peer_util")[4, 0] == pytest.approx(80.0 - (80.0 + 50.0) / 2)
+
+
+def test_power_against_its_own_limit_and_clock_against_its_running_max() -> None:
+    power = [[350.0]] * 6
+    limit = [[700.0]] * 6
+    sm = [[1980.0], [1980.0], [990.0], [990.0], [990.0], [990.0]]
+    f = F.compute(grid(power_draw=power, enforced_power_limit=limit, clocks_sm=sm), 3.0)
+    assert col(f, "power_frac")[5, 0] == pytest.approx(0.5)
+    assert col(f, "sm_clock_frac")[5, 0] == pytest.approx(0.5)  # 990 of the 1980 seen
+    assert col(f, "peer_power")[5, 0] == 0.0  # one GPU: no peers, no deviation
+
+
+def test_temperature_slope_in_c_per_minute() -> None:
+    temp = [[50.0 + 0.5 * i] for i in range(9)]  # +0.5 C per 1 s tick = 30 C/min
+    f = F.compute(grid(temperature_gpu=temp, power_draw=[[300.0]] * 9), window=9.0)
+    assert col(f, "temp_slope")[8, 0] == pytest.approx(30.0)
+    assert col(f, "power_slope")[8, 0] == pytest.approx(0.0)
+
+
+def test_clock_event_reason_fractions() -> None:
+    m = [[R.SW_POWER_CAP], [R.SW_POWER_CAP | R.SYNC_BOOST], [0], [R.HW_SLOWDOWN]]
+    f = F.compute(grid(reasons=m, utilization_gpu=[[100]] * 4), 4.0)
+    assert col(f, "frac_power_cap")[3, 0] == pytest.approx(0.5)
+    assert col(f, "frac_sync_boost")[3, 0] == pytest.approx(0.25)
+    assert col(f, "frac_hw_slowdown")[3, 0] == pytest.approx(0.25)
+    assert col(f, "frac_thermal")[3, 0] == 0.0
+
+
+def test_a_missed_reading_is_held_and_a_gpu_never_read_is_not_scored() -> None:
+    util = [[100, np.nan], [np.nan, np.nan], [100, np.nan], [100, np.nan]]
+    f = F.compute(grid(utilization_gpu=util), window=3.0)
+    assert col(f, "util_mean")[3, 0] == pytest.approx(100.0)
+    assert not F.valid_rows(f)[:, 1].any()
+
+
+def test_frame_to_grid_resamples_fast_logs_onto_one_second_ticks() -> None:
+    frame = pd.DataFrame({"ts": [0.0, 0.3, 0.6, 1.0, 1.4], "uuid": ["a"] * 5,
+                          "index": [0] * 5, "utilization.gpu": [1.0, 2.0, 3.0, 4.0, 5.0]})
+    g = F.grid_from_frame(frame)
+    assert g.step == 1.0
+    assert g.col("utilization.gpu")[:, 0].tolist() == [3.0, 5.0]  # the last reading wins

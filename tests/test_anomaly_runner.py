@@ -1,0 +1,75 @@
+"""Persistence, suppression by the rules, explanations, and what training teaches."""
+
+from __future__ import annotations
+
+import numpy as np
+from anomaly_helpers import healthy_model, sim_grid
+
+from watchdog.anomaly import explain, runner, train
+from watchdog.anomaly import features as F
+from watchdog.incident import Incident
+
+FAULT = "sim:hbm_sag(gpus=3)@5m"
+
+
+def _found(model: train.Model, spec: str, incidents: list[Incident] = ()) -> list[Incident]:  # type: ignore[assignment]
+    g, feats = sim_grid(spec, 20.0, seed=7)
+    found, _ = runner.replay_incidents(model, g, list(incidents), "node", feats=feats)
+    return found
+
+
+def test_a_healthy_model_flags_an_unnamed_fault_and_explains_it() -> None:
+    found = _found(healthy_model(), FAULT)
+    assert found, "the HBM sag on GPU 3 was not flagged"
+    first = found[0]
+    assert first.kind == "anomaly" and first.gpus == ["3"]
+    assert first.fired_at is not None and first.fired_at - 1_767_225_600.0 < 300 + 180
+    top = first.evidence["features"]
+    assert top[0]["feature"] in ("mem_clock_frac", "peer_mem_clock")
+    assert top[0]["observed"] < top[0]["normal"]
+    assert "memory clock" in first.summary and first.summary.startswith("GPU 3:")
+    assert "(normal 100% of max)" in first.summary
+
+
+def test_a_model_trained_on_the_fault_takes_it_for_normal() -> None:
+    g, feats = sim_grid("sim:hbm_sag(gpus=3)@0", 60.0, seed=1)
+    fault_model, _ = train.fit(feats, step=g.step, t=g.t, gpu_model="x")
+    found = _found(fault_model, FAULT)
+    assert not [i for i in found if i.gpus == ["3"] and "memory clock" in i.summary]
+
+
+def test_no_anomaly_where_a_rule_is_pending_or_firing() -> None:
+    g, _feats = sim_grid(FAULT, 20.0, seed=7)
+    uuid = g.uuids[3]
+    rule = Incident(kind="straggler", severity="warning", host="node", gpus=["3"],
+                    uuids=[uuid], started_at=float(g.t[0]), fired_at=None, resolved_at=None,
+                    rule="straggler", summary="")
+    assert not [i for i in _found(healthy_model(), FAULT, [rule]) if i.gpus == ["3"]]
+
+
+def test_persistence_needs_k_of_n_checks() -> None:
+    model = healthy_model()
+    r = runner.Runner(model, "node", k=3, n=4)
+    _, feats = sim_grid(FAULT, 20.0, seed=7)
+    bad = feats[-1]
+    ok = feats[200]  # before the onset
+    assert model.scores(bad[3:4])[0] > model.threshold > model.scores(ok[3:4])[0]
+    uuids, idx = ["a", "b", "c", "d"], [0, 1, 2, 3]
+    seq = [bad, ok, ok, bad, ok, bad]  # never 3 of the last 4
+    assert not any(r.step(float(i), uuids, idx, f) for i, f in enumerate(seq))
+    out = r.step(6.0, uuids, idx, bad)
+    assert [(w, i.gpus) for w, i in out] == [("firing", ["3"])]
+    assert r.step(7.0, uuids, idx, bad, engaged={"d"}) == []  # engaged: not judged
+
+
+def test_explanation_names_observed_and_normal_in_units() -> None:
+    model = healthy_model()
+    row = np.array(model.center, dtype=float)
+    row[F.INDEX["temp_mean"]] = model.center[F.INDEX["temp_mean"]] + 15.0
+    row[F.INDEX["peer_temp"]] = 15.0
+    top = explain.top_features(model, row)
+    assert top[0]["feature"] in ("temp_mean", "peer_temp")
+    peers = np.tile(model.center, (3, 1))
+    text = explain.sentence(5, row, top, peers)
+    assert text.startswith("GPU 5: temperature")
+    assert "its peers sit at" in text and "airflow" in text

@@ -1,0 +1,213 @@
+"""The daemon's model: config ``model:``, self-baselining, refits, the state file.
+
+``model:`` values (validated here, file:line in every message):
+
+* absent, ``none`` or ``false``: no model;
+* a path: a file from ``watchdog train`` (checked at start; a file for other GPUs is
+  refused when the GPUs are first read, then the agent runs without a model);
+* ``auto``, or a mapping ``{use: auto, baseline: 1h, refit: 24h}``: the agent baselines
+  itself. It keeps the windows of the last :data:`KEEP_S` (leaving out any GPU's
+  windows while a rule is pending or firing on it, and for a window's length after),
+  fits once every GPU has ``baseline`` of busy time (at least an hour, default 1 h) on
+  a worker thread (sampling never waits for a fit), scores from then on, and refits
+  every ``refit`` (default 24 h) on the windows kept. The model is saved in the state
+  directory, so a restart scores at once instead of learning again.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections import deque
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from watchdog.anomaly import features as F
+from watchdog.anomaly import persist, train
+from watchdog.anomaly.runner import EVERY_S, LiveAnomaly
+from watchdog.errors import InputError
+from watchdog.units import parse_duration
+
+log = logging.getLogger("watchdog.model")
+MIN_BASELINE_S = 3600.0
+KEEP_S = 7 * 86400.0
+
+
+@dataclass(frozen=True)
+class ModelSettings:
+    """``use``: ``auto`` or a model file path; spans in s of busy time / clock time."""
+
+    use: str
+    baseline_s: float = MIN_BASELINE_S
+    refit_s: float = 86400.0
+
+
+def parse(value: Any, at: str) -> ModelSettings | None:
+    """The config's ``model:`` value -> settings (None: no model). ``at``: file:line."""
+    if value is None or value is False or (isinstance(value, str) and value.lower() in
+                                           ("none", "off", "")):
+        return None
+    if isinstance(value, str):
+        value = {"use": value}
+    if not isinstance(value, dict) or "use" not in value or set(value) - {
+            "use", "baseline", "refit"}:
+        raise InputError(f"{at}: model must be none, auto, a model file, or a mapping like "
+                         "{use: auto, baseline: 1h, refit: 24h}")
+    use = str(value["use"])
+    baseline = parse_duration(str(value.get("baseline", "1h")), what=f"{at}: model.baseline")
+    refit = parse_duration(str(value.get("refit", "24h")), what=f"{at}: model.refit")
+    if use != "auto":
+        if "baseline" in value or "refit" in value:
+            raise InputError(f"{at}: model.baseline and model.refit apply to use: auto")
+        persist.load(use)  # a missing, damaged or foreign file is a config error now
+    if baseline < MIN_BASELINE_S:
+        raise InputError(f"{at}: model.baseline {value.get('baseline')}: at least 1h of busy "
+                         "time (a shorter baseline would page on the job's ordinary rhythm)")
+    if refit <= 0:
+        raise InputError(f"{at}: model.refit must be positive")
+    return ModelSettings(use, baseline, refit)
+
+
+class DaemonModel:
+    """The ``anomaly=`` hook of :class:`~watchdog.pipeline.live.LivePipeline`."""
+
+    def __init__(self, settings: ModelSettings, state_file: Path, host: str | None,
+                 interval: float, gpu_model: Any = None) -> None:
+        self.settings = settings
+        self.state_file = state_file
+        self.interval = interval
+        self._gpu_model = gpu_model or (lambda: "unknown")
+        self.live = LiveAnomaly(None, host or "localhost", interval)
+        self.state = "starting"
+        self.error: str | None = None
+        self.fitted_at: float | None = None
+        self._rows: deque[tuple[float, np.ndarray, np.ndarray]] = deque()
+        self._busy_s: dict[str, float] = {}
+        self._engaged_at: dict[str, float] = {}
+        self._uuids: list[str] = []
+        self._next = -np.inf
+        self._worker: threading.Thread | None = None
+        self._fitted: tuple[Any, float] | None = None
+        self._started = False
+
+    # --- the hook --------------------------------------------------------------------
+    def __call__(self, now: float, samples: list[Any], engaged: set[str]) -> list[Any]:
+        if not self._started:
+            self._start()
+        if self._fitted is not None:  # a fit finished on the worker thread
+            model, at = self._fitted
+            self._fitted = None
+            self.live.set_model(model)
+            self.fitted_at, self.state = at, "scoring"
+        out = self.live(now, samples, engaged)
+        if self.settings.use == "auto":
+            self._collect(now, engaged)
+            self._maybe_fit(now)
+        return out
+
+    def _start(self) -> None:
+        self._started = True
+        gm = self._gpu_model()
+        path = Path(self.settings.use) if self.settings.use != "auto" else self.state_file
+        if self.settings.use == "auto" and not path.exists():
+            self.state = "collecting"
+            return
+        try:
+            model = persist.load(path, gm)
+            if abs(model.step - self.interval) > 1e-6:
+                raise InputError(f"{path}: trained on {model.step:g} s samples, the agent "
+                                 f"samples every {self.interval:g} s")
+        except InputError as e:
+            self.error = str(e)
+            if self.settings.use != "auto":
+                self.state = "off"
+                log.error("anomaly model not used: %s", e)
+                return
+            log.warning("saved model not used (%s); baselining again", e)
+            self.state = "collecting"
+            return
+        self.live.set_model(model)
+        self.fitted_at, self.state = model.trained_to, "scoring"
+        log.info("anomaly model %s loaded: threshold %.3f, trained on %s", path,
+                 model.threshold, model.gpu_model)
+
+    def _collect(self, now: float, engaged: set[str]) -> None:
+        """Every :data:`EVERY_S`: keep the window's features unless a rule is engaged."""
+        if now < self._next:
+            return
+        self._next = now + EVERY_S - 1e-6
+        feats = self.live.window()
+        if feats is None:
+            return
+        if self.live.uuids != self._uuids:  # other GPUs: start over
+            self._uuids = list(self.live.uuids)
+            self._rows.clear()
+            self._busy_s = {}
+        pad = F.WINDOW_S
+        for u in engaged:
+            self._engaged_at[u] = now
+        excl = np.array([now - self._engaged_at.get(u, -np.inf) <= pad for u in self._uuids])
+        self._rows.append((now, feats, excl))
+        busy = F.busy(feats[None])[0] & ~excl
+        for u, b in zip(self._uuids, busy, strict=True):
+            if b:
+                self._busy_s[u] = self._busy_s.get(u, 0.0) + max(EVERY_S, self.interval)
+        while self._rows and self._rows[0][0] < now - KEEP_S:
+            self._rows.popleft()
+
+    def busy_minutes(self) -> float:
+        """Busy minutes collected on the least busy GPU."""
+        if not self._uuids:
+            return 0.0
+        return min(self._busy_s.get(u, 0.0) for u in self._uuids) / 60.0
+
+    def _maybe_fit(self, now: float) -> None:
+        if self._worker is not None and self._worker.is_alive():
+            return
+        due = (self.fitted_at is None and self.busy_minutes() * 60.0 >= self.settings.baseline_s
+               ) or (self.fitted_at is not None and now - self.fitted_at >= self.settings.refit_s
+                     and len(self._rows) > 0)
+        if not due or not self._rows:
+            return
+        t = np.array([r[0] for r in self._rows])
+        feats = np.stack([r[1] for r in self._rows])
+        excl = np.stack([r[2] for r in self._rows])
+        gm = self._gpu_model()
+        self.state = "fitting" if self.fitted_at is None else self.state
+        self._worker = threading.Thread(target=self._fit, args=(t, feats, excl, gm, now),
+                                        name="anomaly-fit", daemon=True)
+        self._worker.start()
+
+    def _fit(self, t: np.ndarray, feats: np.ndarray, excl: np.ndarray, gm: str,
+             now: float) -> None:
+        """On the worker thread: fit, save, hand over (never raises)."""
+        try:
+            model, stats = train.fit(feats, step=EVERY_S, t=t, gpu_model=gm, exclude=excl,
+                                     stride=EVERY_S)
+            model.step = self.interval  # the live grid the features were computed on
+            persist.save(model, self.state_file)
+            log.info("anomaly model fitted on %d windows in %.1f s: threshold %.3f; saved "
+                     "to %s", int(stats["windows"]), stats["fit_s"], model.threshold,
+                     self.state_file)
+            self._fitted = (model, now)
+        except Exception as e:  # noqa: BLE001 - a failed fit must not stop the agent
+            self.error = f"fit failed: {type(e).__name__}: {e}"
+            log.error("anomaly model %s", self.error)
+            if self.fitted_at is None:
+                self.state = "collecting"
+            self.fitted_at = now if self.fitted_at is not None else None
+
+    def status(self) -> dict[str, Any]:
+        """The ``model`` block of ``watchdog status``."""
+        m = self.live.model
+        return {"use": self.settings.use, "state": self.state,
+                "busy_min": round(self.busy_minutes(), 1),
+                "need_min": round(self.settings.baseline_s / 60.0),
+                "fitted_at": self.fitted_at,
+                "threshold": None if m is None else round(m.threshold, 4),
+                "last_score_max": None if self.live.runner is None
+                else self.live.runner.last_max,
+                "score_ms": round(self.live.scored_ms, 3), "error": self.error}

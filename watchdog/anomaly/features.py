@@ -1,0 +1,302 @@
+"""Window features for the anomaly model: pure functions over a node's tick grid.
+
+Input is a :class:`Grid`: one row per tick (``step`` s apart), one column per GPU, one
+``(T, G)`` float array per catalogue metric (NaN = not read). Output is ``(T, G, F)``: the
+features of the window of ``window`` s that *ends* at each tick (the windows step with
+the tick, as the rules' windows do). A row whose window is not yet full, or where
+neither utilization nor power was read, is NaN.
+
+Features (:data:`FEATURES`, order fixed by :data:`FEATURE_SCHEMA`; units in brackets):
+
+* ``util_mean``, ``util_std`` [%]: level and variability of utilization;
+* ``power_frac`` [fraction]: mean power over the GPU's own ceiling (its enforced
+  power limit, or the highest power it has drawn so far when the limit is unknown);
+  ``power_slope`` [fraction/min];
+* ``sm_active``, ``tensor_active`` [%]: GPM activity where the GPU reports it;
+* ``temp_mean`` [C], ``temp_slope`` [C/min]: with ``power_slope`` this is temperature
+  "against power": a climb with flat power is what a failing fan looks like;
+* ``sm_clock_frac``, ``sm_clock_std`` [fraction of max SM clock];
+* ``mem_clock_frac`` [fraction of max memory clock];
+* ``mem_ratio`` [fraction of total], ``mem_slope`` [fraction/min];
+* ``frac_idle``, ``frac_locked``, ``frac_power_cap``, ``frac_sync_boost``,
+  ``frac_thermal``, ``frac_hw_slowdown`` [fraction of the window]: clock-event reasons;
+* ``peer_util``, ``peer_power``, ``peer_temp``, ``peer_sm_clock``, ``peer_mem_clock``,
+  ``peer_sm_active``, ``peer_util_std``, ``peer_temp_slope``: the GPU's value minus the
+  median of the node's GPUs at the same tick (0 on a one-GPU node). The peers are the
+  strongest baseline a node has: a training job moves every GPU together, a fault
+  moves one.
+* ``peer_temp_drift`` [C]: ``peer_temp`` now minus ``peer_temp`` :data:`LOOKBACK_S` ago:
+  a GPU warming against its peers at the same power (a failing fan) climbs here in
+  minutes, while a GPU that always runs hotter (its place in the airflow) does not;
+* ``peer_util_drops`` [per min]: drops of utilization by more than 10 points from one
+  tick to the next, minus the peers' median (node-wide dips cancel; a GPU whose work
+  comes in bursts does not).
+
+Slopes are the difference between the means of the last and the first third of the
+window over the time between their centres: robust to a single odd reading and cheap
+with cumulative sums.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from watchdog import reasons as R
+
+FEATURE_SCHEMA = 1  # bump when a feature's meaning, unit or order changes
+WINDOW_S = 60.0
+LOOKBACK_S = 600.0  # history of peer_temp_drift
+FEATURES: tuple[str, ...] = (
+    "util_mean", "util_std", "power_frac", "power_slope", "sm_active", "tensor_active",
+    "temp_mean", "temp_slope", "sm_clock_frac", "sm_clock_std", "mem_clock_frac",
+    "mem_ratio", "mem_slope", "frac_idle", "frac_locked", "frac_power_cap",
+    "frac_sync_boost", "frac_thermal", "frac_hw_slowdown", "peer_util", "peer_power",
+    "peer_temp", "peer_sm_clock", "peer_mem_clock", "peer_sm_active", "peer_util_std",
+    "peer_temp_slope", "peer_temp_drift", "peer_util_drops")
+INDEX = {name: i for i, name in enumerate(FEATURES)}
+METRICS = ("utilization.gpu", "power.draw", "enforced.power.limit", "gpm.sm_activity",
+           "gpm.tensor_activity", "temperature.gpu", "clocks.sm", "clocks.mem",
+           "memory.used", "memory.total", "clocks_event_reasons.active")
+REASON_BITS = {"frac_idle": R.GPU_IDLE, "frac_locked": R.APPLICATIONS_CLOCKS,
+               "frac_power_cap": R.SW_POWER_CAP, "frac_sync_boost": R.SYNC_BOOST,
+               "frac_thermal": R.THERMAL, "frac_hw_slowdown": R.HARDWARE}
+PEERS = {"peer_util": "util_mean", "peer_power": "power_frac", "peer_temp": "temp_mean",
+         "peer_sm_clock": "sm_clock_frac", "peer_mem_clock": "mem_clock_frac",
+         "peer_sm_active": "sm_active", "peer_util_std": "util_std",
+         "peer_temp_slope": "temp_slope"}
+
+
+@dataclass
+class Grid:
+    """A node's telemetry on a regular tick grid.
+
+    ``t``: tick times (s, epoch), ``step`` s apart; ``uuids``/``index``: the GPUs
+    (columns); ``data``: metric -> ``(T, G)`` array (NaN = not read); ``ceil``: per-GPU
+    references (``power``: W, ``sm``/``mem``: MHz) as ``(T, G)`` arrays, or None to use
+    the running maximum of the data (see :func:`ceilings`)."""
+
+    t: np.ndarray
+    step: float
+    uuids: list[str]
+    index: list[int]
+    data: dict[str, np.ndarray]
+    ceil: dict[str, np.ndarray] | None = None
+    extra: dict[str, Any] = field(default_factory=dict)
+
+    def col(self, name: str) -> np.ndarray:
+        """The ``(T, G)`` array of ``name``, all NaN when the metric was never read."""
+        got = self.data.get(name)
+        if got is None:
+            return np.full((len(self.t), len(self.uuids)), np.nan)
+        return got
+
+
+def history_ticks(step: float) -> int:
+    """Ticks a live caller must keep: a window plus the look-back of the drift."""
+    return window_ticks(step) + max(1, round(LOOKBACK_S / step)) + 1
+
+
+def window_ticks(step: float, window: float = WINDOW_S) -> int:
+    """Ticks per window: at least 3 (so a slope has a first and a last third)."""
+    return max(3, round(window / step))
+
+
+def _ffill(x: np.ndarray, limit: int) -> np.ndarray:
+    """Forward-fill NaN along time for at most ``limit`` ticks (a missed reading)."""
+    if len(x) == 0:
+        return x.copy()
+    valid = ~np.isnan(x)
+    rows = np.arange(len(x)).reshape(-1, *([1] * (x.ndim - 1)))
+    last = np.maximum.accumulate(np.where(valid, rows, -1), axis=0)
+    ok = (last >= 0) & (rows - last <= limit)
+    src = np.take_along_axis(x, np.maximum(last, 0), axis=0)
+    return np.where(valid, x, np.where(ok, src, np.nan))
+
+
+def rolling_mean(x: np.ndarray, w: int, min_frac: float = 0.5) -> np.ndarray:
+    """NaN-aware mean over the last ``w`` rows ending at each row; NaN when fewer than
+    ``min_frac`` of them were read or the window is not yet full."""
+    valid = ~np.isnan(x)
+    xs = np.where(valid, x, 0.0)
+    pad = np.zeros((1, *x.shape[1:]))
+    cs = np.concatenate([pad, np.cumsum(xs, axis=0)])
+    cn = np.concatenate([pad, np.cumsum(valid, axis=0)])
+    out = np.full(x.shape, np.nan)
+    if len(x) < w:
+        return out
+    s = cs[w:] - cs[:-w]
+    n = cn[w:] - cn[:-w]
+    with np.errstate(invalid="ignore", divide="ignore"):
+        m = s / n
+    m[n < max(1.0, min_frac * w)] = np.nan
+    out[w - 1:] = m
+    return out
+
+
+def rolling_std(x: np.ndarray, w: int) -> np.ndarray:
+    """Population standard deviation over the last ``w`` rows (NaN-aware)."""
+    m = rolling_mean(x, w)
+    m2 = rolling_mean(x * x, w)
+    return np.sqrt(np.maximum(m2 - m * m, 0.0))
+
+
+def rolling_slope(x: np.ndarray, w: int, step: float) -> np.ndarray:
+    """Change per minute over the window: (mean of its last third - mean of its first
+    third) / the time between the thirds' centres."""
+    k = max(1, w // 3)
+    last = rolling_mean(x, k)
+    first = np.full(x.shape, np.nan)
+    if len(x) > w - k:
+        first[w - k:] = last[: len(x) - (w - k)]
+    return (last - first) / ((w - k) * step / 60.0)
+
+
+def ceilings(grid: Grid) -> dict[str, np.ndarray]:
+    """Per-GPU references: the power limit (enforced, else the highest power so far),
+    the highest SM and memory clock so far (a running maximum: causal, as live)."""
+    if grid.ceil is not None:
+        return grid.ceil
+
+    def runmax(x: np.ndarray) -> np.ndarray:
+        return np.fmax.accumulate(np.where(np.isnan(x), -np.inf, x), axis=0)
+
+    limit = _ffill(grid.col("enforced.power.limit"), 10 ** 9)
+    power = np.where(np.isnan(limit), runmax(grid.col("power.draw")), limit)
+    return {"power": power, "sm": runmax(grid.col("clocks.sm")),
+            "mem": runmax(grid.col("clocks.mem"))}
+
+
+def _ratio(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    with np.errstate(invalid="ignore", divide="ignore"):
+        out = a / b
+    out[~np.isfinite(out)] = np.nan
+    return out
+
+
+def compute(grid: Grid, window: float = WINDOW_S) -> np.ndarray:
+    """``(T, G, F)`` features of the window ending at every tick (see module docs)."""
+    w = window_ticks(grid.step, window)
+    gap = max(1, round(5.0 / grid.step))  # a reading missed for up to 5 s is held
+    col = {m: _ffill(grid.col(m), gap) for m in METRICS}
+    ref = ceilings(grid)
+    T, G = len(grid.t), len(grid.uuids)
+    out = np.full((T, G, len(FEATURES)), np.nan)
+
+    def put(name: str, value: np.ndarray) -> None:
+        out[:, :, INDEX[name]] = value
+
+    util = col["utilization.gpu"]
+    pfrac = _ratio(col["power.draw"], ref["power"])
+    smf = _ratio(col["clocks.sm"], ref["sm"])
+    put("util_mean", rolling_mean(util, w))
+    put("util_std", rolling_std(util, w))
+    put("power_frac", rolling_mean(pfrac, w))
+    put("power_slope", rolling_slope(pfrac, w, grid.step))
+    put("sm_active", rolling_mean(col["gpm.sm_activity"], w))
+    put("tensor_active", rolling_mean(col["gpm.tensor_activity"], w))
+    put("temp_mean", rolling_mean(col["temperature.gpu"], w))
+    put("temp_slope", rolling_slope(col["temperature.gpu"], w, grid.step))
+    put("sm_clock_frac", rolling_mean(smf, w))
+    put("sm_clock_std", rolling_std(smf, w))
+    put("mem_clock_frac", rolling_mean(_ratio(col["clocks.mem"], ref["mem"]), w))
+    mem = _ratio(col["memory.used"], col["memory.total"])
+    put("mem_ratio", rolling_mean(mem, w))
+    put("mem_slope", rolling_slope(mem, w, grid.step))
+    mask = col["clocks_event_reasons.active"]
+    have = ~np.isnan(mask)
+    bits = np.where(have, mask, 0).astype(np.int64)
+    for name, bit in REASON_BITS.items():
+        put(name, rolling_mean(np.where(have, (bits & bit) != 0, np.nan), w))
+    for name, base in PEERS.items():
+        x = out[:, :, INDEX[base]]
+        if G < 2:
+            put(name, np.where(np.isnan(x), np.nan, 0.0))
+            continue
+        with np.errstate(all="ignore"), _quiet():
+            med = np.nanmedian(x, axis=1, keepdims=True)
+        put(name, x - med)
+    lag = max(1, round(LOOKBACK_S / grid.step))
+    pt = out[:, :, INDEX["peer_temp"]]
+    drift = np.full(pt.shape, np.nan)
+    drift[lag:] = pt[lag:] - pt[:-lag]
+    put("peer_temp_drift", drift)
+    prev = np.vstack([util[:1], util[:-1]])
+    drops = np.where(np.isnan(util) | np.isnan(prev), np.nan, (prev - util) > 10.0)
+    rate = rolling_mean(drops, w) * (60.0 / grid.step)
+    if G < 2:
+        put("peer_util_drops", np.where(np.isnan(rate), np.nan, 0.0))
+    else:
+        with np.errstate(all="ignore"), _quiet():
+            put("peer_util_drops", rate - np.nanmedian(rate, axis=1, keepdims=True))
+    dead = np.isnan(out[:, :, INDEX["util_mean"]]) & np.isnan(out[:, :, INDEX["power_frac"]])
+    out[dead] = np.nan
+    return out
+
+
+class _quiet:
+    """Silence numpy's "All-NaN slice" warning (a tick where no GPU was read)."""
+
+    def __enter__(self) -> None:
+        import warnings
+
+        self._w = warnings.catch_warnings()
+        self._w.__enter__()
+        warnings.simplefilter("ignore", RuntimeWarning)
+
+    def __exit__(self, *exc: Any) -> None:
+        self._w.__exit__(*exc)
+
+
+def valid_rows(feats: np.ndarray) -> np.ndarray:
+    """``(T, G)`` bool: the windows the model judges and learns from: a GPU at work
+    (:func:`busy`). An idle or starting GPU's trouble (a stall, a hang) is the rules'
+    to name; judging only working GPUs keeps start-up, pauses and idle servers, the
+    commonest look-alikes, out of the model's way."""
+    return busy(feats)
+
+
+def busy(feats: np.ndarray) -> np.ndarray:
+    """``(T, G)`` bool: windows where the GPU works (util >= 50 %, or power >= 40 % of
+    its ceiling when utilization is not read)."""
+    u = feats[:, :, INDEX["util_mean"]]
+    p = feats[:, :, INDEX["power_frac"]]
+    with np.errstate(invalid="ignore"):
+        return np.where(np.isnan(u), p >= 0.4, u >= 50.0)
+
+
+def grid_from_frame(frame: Any, step: float | None = None) -> Grid:
+    """A recording's frame (``ts``, ``uuid``, ``index`` and metric columns) on a grid of
+    ``step`` s (default: 1 s, or the log's median interval when that is longer). Several
+    readings in one tick: the last one counts."""
+    ts = frame["ts"].to_numpy(dtype=np.float64)
+    if len(ts) == 0:
+        return Grid(np.zeros(0), step or 1.0, [], [], {})
+    uu = frame["uuid"].astype(str).to_numpy()
+    uuids = list(dict.fromkeys(uu.tolist()))
+    col_of = {u: i for i, u in enumerate(uuids)}
+    g = np.fromiter((col_of[u] for u in uu), dtype=np.int64, count=len(uu))
+    if step is None:
+        per_gpu = np.diff(np.sort(ts[g == 0]))
+        med = float(np.median(per_gpu[per_gpu > 0])) if (per_gpu > 0).any() else 1.0
+        step = max(1.0, round(med))
+    t0 = float(ts.min())
+    k = np.floor((ts - t0) / step + 1e-9).astype(np.int64)
+    T = int(k.max()) + 1
+    idx_first = {u: int(frame["index"].iloc[i]) for i, u in
+                 ((int(np.argmax(uu == u)), u) for u in uuids)} if "index" in frame else {}
+    data: dict[str, np.ndarray] = {}
+    lost = frame["lost"].to_numpy(dtype=bool) if "lost" in frame else np.zeros(len(ts), bool)
+    for m in METRICS:
+        if m not in frame:
+            continue
+        arr = np.full((T, len(uuids)), np.nan)
+        v = frame[m].to_numpy(dtype=np.float64)
+        v = np.where(lost, np.nan, v)
+        arr[k, g] = v
+        data[m] = arr
+    t = t0 + step * np.arange(T)
+    return Grid(t, float(step), uuids, [idx_first.get(u, i) for i, u in enumerate(uuids)],
+                data)

@@ -1,0 +1,95 @@
+"""The model over recorded telemetry: ``watchdog replay --model`` and ``watchdog train``.
+
+``--model auto`` fits on the first :data:`AUTO_FRACTION` of a log when that part holds at
+least :data:`AUTO_BUSY_MIN` busy minutes on every GPU (a model fitted on an idle start
+would flag the training that follows); otherwise it says so in one line and the replay
+runs without a model.
+"""
+
+from __future__ import annotations
+
+import sys
+from typing import Any
+
+import numpy as np
+
+from watchdog.anomaly import features as F
+from watchdog.anomaly import runner, train
+from watchdog.errors import InputError
+from watchdog.incident import Incident
+
+AUTO_FRACTION = 0.4
+AUTO_BUSY_MIN = 10.0
+
+
+def gpu_model_of(frame: Any, sim_key: str | None = None) -> str:
+    """The GPU product name of a recording: the simulated type's name, the log's
+    ``name`` column, or ``unknown``."""
+    if sim_key is not None:
+        from watchdog.sources.sim.models import get_model
+
+        return get_model(sim_key).name
+    if "name" in frame and len(frame):
+        name = str(frame["name"].iloc[0]).strip()
+        if name and name.lower() != "nan":
+            return name
+    return "unknown"
+
+
+def exclusion(grid: F.Grid, incidents: list[Incident]) -> np.ndarray:
+    """``(T, G)``: windows overlapping an incident (left out of training)."""
+    pad = F.window_ticks(grid.step) * grid.step  # a window still holds the incident
+    return runner.engaged_mask(grid.t, grid.uuids, incidents, pad)
+
+
+def fit_grid(grid: F.Grid, incidents: list[Incident], gpu_model: str, *,
+             until: float | None = None, seed: int = 0,
+             feats: np.ndarray | None = None, min_windows: int = 200
+             ) -> tuple[train.Model, dict[str, float]]:
+    """Fit on a grid (ticks before ``until`` only), leaving out incident windows."""
+    if feats is None:
+        feats = F.compute(grid)
+    excl = exclusion(grid, incidents)
+    if until is not None:
+        excl |= (grid.t >= until)[:, None]
+    return train.fit(feats, step=grid.step, t=grid.t, gpu_model=gpu_model, exclude=excl,
+                     seed=seed, min_windows=min_windows)
+
+
+def apply(results: list[Any], spec: str, sim_key: str | None) -> None:
+    """Add anomaly incidents to each replayed result (``spec``: a model file or auto)."""
+    from watchdog.anomaly import persist
+
+    for r in results:
+        frame = r.frame
+        if len(frame) == 0:
+            continue
+        grid = F.grid_from_frame(frame)
+        feats = F.compute(grid)
+        is_sim = r.path == "sim" or r.path.startswith("sim:")
+        gm = gpu_model_of(frame, sim_key if is_sim else None)
+        start = None
+        if spec == "auto":
+            cut = grid.t[0] + AUTO_FRACTION * (grid.t[-1] - grid.t[0])
+            busy = train.busy_minutes(feats[grid.t < cut], grid.step)
+            if len(busy) == 0 or busy.min() < AUTO_BUSY_MIN:
+                print(f"watchdog: {r.path}: --model auto: the first 40 % holds "
+                      f"{busy.min() if len(busy) else 0:.0f} busy minutes on its least busy "
+                      f"GPU, {AUTO_BUSY_MIN:.0f} needed; replaying without the model",
+                      file=sys.stderr)
+                continue
+            try:
+                model, _ = fit_grid(grid, r.incidents, gm, until=cut, feats=feats)
+            except train.NotEnoughData as e:
+                print(f"watchdog: {r.path}: --model auto: {e}; replaying without the model",
+                      file=sys.stderr)
+                continue
+            start = cut
+        else:
+            model = persist.load(spec, gm)
+            if abs(model.step - grid.step) > 1e-6:
+                raise InputError(f"{spec}: trained on a {model.step:g} s grid, {r.path} is "
+                                 f"sampled every {grid.step:g} s")
+        found, _ = runner.replay_incidents(model, grid, r.incidents, r.host, start=start,
+                                           feats=feats)
+        r.incidents = sorted([*r.incidents, *found], key=lambda i: i.started_at)

@@ -1,0 +1,162 @@
+"""Fit the isolation forest on healthy windows and calibrate its threshold.
+
+* Windows: every ``stride`` s of each GPU's 60 s windows while it works
+  (:func:`~watchdog.anomaly.features.valid_rows`), leaving out windows that overlap
+  incidents.
+* Threshold: **not** ``contamination='auto'`` (which flags ~1 % of healthy windows,
+  hundreds of pages per 1,000 GPU-hours). The last :data:`HOLDOUT` of the training span
+  is held out of the fit; the threshold is the largest of the held-out scores' maximum
+  and the in-sample :data:`QUANTILE` quantile, plus :data:`MARGIN`. Held-out scores
+  matter: in-sample scores are optimistic (each point helped build the trees).
+* Novelty beyond the training range: a forest scores *density within* the range it was
+  fitted on; a window outside everything it saw follows the branches of the most
+  extreme training point and scores like it (a constant training feature is never
+  split on at all). So the model's score adds the exceedance beyond the training
+  range, in units of a tenth of that range (:data:`RANGE_FRAC`) but at least the
+  feature's resolution (:data:`SCALE_FLOOR`: 1 C, 2 % util, 0.01 of max clock...), times
+  :data:`EXCEED_WEIGHT`, capped at :data:`EXCEED_CAP` units. A feature that never moved
+  in training (HBM clock) is judged on its resolution; one that roams (temperature
+  slope) must leave its range by a good part of it.
+* Robust per-feature centre (median) and scale (IQR / 1.349, floored) for explanation.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from watchdog.anomaly import features as F
+from watchdog.anomaly.score import Forest, from_sklearn, prepare
+
+N_TREES = 100
+MAX_SAMPLES = 256
+QUANTILE = 0.9999
+HOLDOUT = 0.2
+MARGIN = 0.02
+STRIDE_S = 5.0
+MAX_WINDOWS = 200_000
+EXCEED_WEIGHT = 0.05  # score per resolution unit beyond the training range
+EXCEED_CAP = 20.0
+RANGE_FRAC = 0.1
+SCALE_FLOOR = {"util_mean": 2.0, "util_std": 2.0, "power_frac": 0.02, "power_slope": 0.1,
+               "sm_active": 2.0, "tensor_active": 2.0, "temp_mean": 1.0,
+               "temp_slope": 1.0, "sm_clock_frac": 0.01, "sm_clock_std": 0.01,
+               "mem_clock_frac": 0.01, "mem_ratio": 0.01, "mem_slope": 0.005,
+               "peer_util": 2.0, "peer_power": 0.02, "peer_temp": 1.0,
+               "peer_sm_clock": 0.01, "peer_mem_clock": 0.01, "peer_sm_active": 2.0,
+               "peer_util_std": 1.0, "peer_temp_slope": 0.5, "peer_temp_drift": 1.0,
+               "peer_util_drops": 1.0}
+
+
+@dataclass
+class Model:
+    """A fitted, calibrated model and everything needed to trust and explain it.
+
+    Times in epoch s; ``step``/``window`` in s; ``threshold`` on the anomaly score
+    (higher = more anomalous)."""
+
+    forest: Forest
+    threshold: float
+    gpu_model: str
+    trained_from: float
+    trained_to: float
+    step: float
+    window: float
+    fill: np.ndarray
+    center: np.ndarray
+    scale: np.ndarray
+    lo: np.ndarray | None = None
+    hi: np.ndarray | None = None
+    unit: np.ndarray | None = None
+    calibration: dict[str, Any] = field(default_factory=dict)
+    schema: int = F.FEATURE_SCHEMA
+    features: tuple[str, ...] = F.FEATURES
+
+    def scores(self, x: np.ndarray) -> np.ndarray:
+        """Anomaly scores of feature rows ``x`` (N, F); NaN features read as normal."""
+        xf = prepare(x, self.fill)
+        return self.forest.scores(xf) + EXCEED_WEIGHT * self.exceedance(xf)
+
+    def exceedance(self, x: np.ndarray) -> np.ndarray:
+        """Largest distance beyond the training range, in resolution units (capped)."""
+        if self.lo is None or self.hi is None or self.unit is None:
+            return np.zeros(len(x))
+        over = np.maximum(self.lo - x, x - self.hi) / self.unit
+        return np.minimum(np.maximum(over, 0.0).max(axis=1), EXCEED_CAP)
+
+
+class NotEnoughData(Exception):
+    """Too few windows to fit (the message says how many and how many are needed)."""
+
+
+def select(feats: np.ndarray, step: float, exclude: np.ndarray | None = None,
+           stride: float = STRIDE_S) -> tuple[np.ndarray, np.ndarray]:
+    """Training rows from ``(T, G, F)`` features: every ``stride`` s, valid, not in
+    ``exclude`` (``(T, G)`` bool, windows overlapping incidents). Returns ``(X, tick)``."""
+    every = max(1, round(stride / step))
+    ok = F.valid_rows(feats)
+    if exclude is not None:
+        ok &= ~exclude
+    ok[np.arange(len(ok)) % every != 0] = False
+    ti, gi = np.nonzero(ok)
+    return feats[ti, gi], ti
+
+
+def fit(feats: np.ndarray, *, step: float, t: np.ndarray, gpu_model: str,
+        exclude: np.ndarray | None = None, seed: int = 0,
+        min_windows: int = 200, stride: float = STRIDE_S) -> tuple[Model, dict[str, float]]:
+    """Fit on ``(T, G, F)`` features of ticks ``t``; returns the model and fit stats
+    (``fit_s``: wall seconds, ``windows``)."""
+    from sklearn.ensemble import IsolationForest
+
+    t0 = time.perf_counter()
+    x, tick = select(feats, step, exclude, stride)
+    if len(x) < min_windows:
+        raise NotEnoughData(f"{len(x)} usable windows, at least {min_windows} needed")
+    order = np.argsort(tick, kind="stable")
+    x, tick = x[order], tick[order]
+    rng = np.random.default_rng(seed)
+    if len(x) > MAX_WINDOWS:
+        keep = np.sort(rng.choice(len(x), MAX_WINDOWS, replace=False))
+        x, tick = x[keep], tick[keep]
+    with np.errstate(all="ignore"), F._quiet():
+        fill = np.nanmedian(x, axis=0)
+    fill = np.where(np.isnan(fill), 0.0, fill)
+    xf = np.where(np.isnan(x), fill, x)
+    cut = int(len(xf) * (1.0 - HOLDOUT))
+    est = IsolationForest(n_estimators=N_TREES, max_samples=min(MAX_SAMPLES, cut),
+                          random_state=seed).fit(xf[:cut])
+    forest = from_sklearn(est)
+    floor = np.array([SCALE_FLOOR.get(n, 0.02) for n in F.FEATURES])
+    probe = Model(forest=forest, threshold=np.inf, gpu_model=gpu_model, trained_from=0.0,
+                  trained_to=0.0, step=step, window=F.WINDOW_S, fill=fill, center=fill,
+                  scale=floor, lo=xf[:cut].min(axis=0), hi=xf[:cut].max(axis=0),
+                  unit=np.maximum(floor, RANGE_FRAC * np.ptp(xf[:cut], axis=0)))
+    s_in = probe.scores(xf[:cut])
+    s_out = probe.scores(xf[cut:]) if cut < len(xf) else s_in[:0]
+    q = float(np.quantile(s_in, QUANTILE))
+    hold_max = float(s_out.max()) if len(s_out) else q
+    threshold = max(q, hold_max) + MARGIN
+    center = fill
+    q25, q75 = np.quantile(xf, [0.25, 0.75], axis=0)
+    scale = np.maximum((q75 - q25) / 1.349, floor)
+    model = Model(forest=forest, threshold=threshold, gpu_model=gpu_model,
+                  trained_from=float(t[tick[0]]), trained_to=float(t[tick[-1]]),
+                  step=step, window=F.WINDOW_S, fill=fill, center=center, scale=scale,
+                  lo=xf.min(axis=0), hi=xf.max(axis=0),
+                  unit=np.maximum(floor, RANGE_FRAC * np.ptp(xf, axis=0)),
+                  calibration={"method": "max(held-out max, in-sample quantile) + margin",
+                               "quantile": QUANTILE, "in_sample_q": q,
+                               "holdout_frac": HOLDOUT, "holdout_max": hold_max,
+                               "margin": MARGIN, "windows": len(xf),
+                               "fit_windows": int(cut), "trees": N_TREES,
+                               "max_samples": int(est.max_samples_)})
+    return model, {"fit_s": time.perf_counter() - t0, "windows": float(len(xf))}
+
+
+def busy_minutes(feats: np.ndarray, step: float) -> np.ndarray:
+    """Busy minutes per GPU (``(G,)``) in ``(T, G, F)`` features."""
+    return F.busy(feats).sum(axis=0) * step / 60.0
