@@ -50,7 +50,7 @@ class Config:
     record: Record | None = None
     retention_s: float = 90 * DAY
     call_timeout: float = 2.0
-    notify: dict[str, Any] | None = None
+    notify: Any = None  # watchdog.notify.config.NotifyConfig when the file has notify:
     model: Any = None
     runbook_url: str | None = None
     path: str | None = None
@@ -96,6 +96,10 @@ def load(path: str | Path) -> Config:
             out["retention_s"] = _duration(value, at, key)
         else:
             out[key] = _coerce(key, value, at)
+    if "notify" in out:
+        from watchdog.notify.config import parse_notify
+
+        out["notify"] = parse_notify(out["notify"], lines, str(p), out.get("runbook_url"))
     if "source" in out and out["source"] not in ("nvml",) and not str(out["source"]).startswith(
             "sim"):
         raise InputError(f"{p}:{lines.get('source', '?')}: source {out['source']!r}: the "

@@ -1,3 +1,4 @@
 """One module per sub-command; each has ``register(subparsers)`` (cheap imports only)."""
 
-COMMANDS = ("check", "record", "replay", "rules", "run", "status", "train")
+COMMANDS = ("check", "record", "replay", "rules", "run", "status", "train", "alerts",
+            "silence")

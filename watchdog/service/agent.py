@@ -72,7 +72,8 @@ class Agent:
         new = config_mod.load(self.cfg.path)
         rules = load_rules(self.rules_override or list(new.rules) or None)
         notes = []
-        for key in ("source", "state_dir", "host", "metrics_listen", "record", "model"):
+        for key in ("source", "state_dir", "host", "metrics_listen", "record", "model",
+                    "notify"):
             if getattr(new, key) != getattr(self.cfg, key):
                 notes.append(f"{key} changed: takes effect at the next restart")
         self.pipeline.replace_detector(_detector_factory(rules, self.pipeline))
@@ -111,6 +112,22 @@ def _anomaly(cfg: Any, sdir: Any, namespace: str, pipeline: Any) -> Any:
                        pipeline.interval, gpu_model)
 
 
+def _notifier(cfg: Any, sdir: Any, clock: Clock, host: str | None, pipeline: Any) -> Any:
+    """Alerting (``notify:`` with at least one sink), or None: console only."""
+    if cfg.notify is None or not cfg.notify.sinks:
+        return None
+    from watchdog.notify.notifier import for_agent
+
+    def rule_info(name: str) -> tuple[str, str | None]:
+        det = pipeline.detector
+        for r in getattr(det, "rules", ()) if det is not None else ():
+            if r.name == name:
+                return r.scope, getattr(r, "runbook", None)
+        return "node", None  # the agent's own node-level incidents (NVML unavailable)
+
+    return for_agent(cfg.notify, sdir, clock.now, host or socket.gethostname(), rule_info)
+
+
 def build(cfg: Any, *, spec: str, options: Any, interval: float, speed: float,
           rules_override: list[str], state_dir: str | None, demo: bool, clock: Clock,
           stop_after: float | None) -> Agent:
@@ -145,6 +162,7 @@ def build(cfg: Any, *, spec: str, options: Any, interval: float, speed: float,
                             interval=interval, store=store,
                             notifiers=[ConsoleNotifier(color=colour)], host=host)
     pipeline._make_detector = _detector_factory(rules, pipeline)
+    pipeline.notifier = _notifier(cfg, sdir, clock, host, pipeline)
     pipeline.anomaly = _anomaly(cfg, sdir, namespace, pipeline)
     agent = Agent(cfg=cfg, spec=spec, pipeline=pipeline, daemon=None,
                   rules_override=rules_override, state_dir=sdir)

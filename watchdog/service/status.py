@@ -68,7 +68,7 @@ def render(doc: dict[str, Any], now: float) -> str:
         lines.append(f"metrics: {m['listen']}" + (f" NOT SERVING: {m['error']}"
                                                   if m.get("error") else ""))
     if doc.get("alerting"):
-        lines.append(f"alerting: {doc['alerting']}")
+        lines.extend(_alerting_lines(doc["alerting"]))
     lines.append(f"status written {_t(doc.get('status_written_at'))}")
     return "\n".join(lines)
 
@@ -87,3 +87,23 @@ def _model_line(md: dict[str, Any]) -> str:
     if md.get("error"):
         head += f" · {md['error']}"
     return head
+
+
+def _alerting_lines(al: dict[str, Any]) -> list[str]:
+    """``alerting: 1 firing · 0 silences`` then one line per sink with its queue."""
+    out = [f"alerting: {al.get('alerts_firing', 0)} firing · {al.get('silences', 0)} "
+           f"silence(s) · {al.get('dropped', 0)} dropped by a full outbox"]
+    for name, s in sorted((al.get("sinks") or {}).items()):
+        state = "FAILING since " + _t(s["failing_since"]) if s.get("failing_since") else "ok"
+        line = (f"  {name} ({s.get('type')}): {state} · sent {s.get('sent', 0)} · pending "
+                f"{s.get('pending', 0)}")
+        if s.get("oldest_pending_s") is not None:
+            line += f" (oldest {duration(s['oldest_pending_s'])})"
+        if s.get("undeliverable"):
+            line += f" · undeliverable {s['undeliverable']}"
+        if s.get("last_error"):
+            line += f" · last error: {s['last_error']}"
+        out.append(line)
+    for p in al.get("problems") or []:
+        out.append(f"  ! {p}")
+    return out

@@ -1,0 +1,118 @@
+"""``watchdog alerts``: what the agent is alerting about and where each page went;
+``watchdog notify test``: send a clearly marked test message to every sink now.
+
+Both read the daemon's config (``--config``, the file the unit uses) to find the state
+directory and the sinks. ``alerts`` opens the state database read-only, so it is safe as
+root next to a running service.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from typing import Any
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser("alerts", help="list the alerts and where their notifications went",
+                       description=__doc__.split("\n\n")[0])
+    p.add_argument("--config", metavar="FILE", help="the daemon's config (for state_dir)")
+    p.add_argument("--state-dir", metavar="DIR", help="state directory (overrides the config)")
+    p.add_argument("--all", action="store_true", help="also alerts resolved in the last hour")
+    p.add_argument("--json", action="store_true", help="one JSON object on stdout")
+    p.set_defaults(func=run_alerts)
+    n = sub.add_parser("notify", help="alert delivery tools: `watchdog notify test`")
+    nsub = n.add_subparsers(dest="action", required=True, metavar="ACTION")
+    t = nsub.add_parser("test", help="send a test message to every sink (or --sink NAME)")
+    t.add_argument("--config", metavar="FILE", required=True, help="the daemon's config")
+    t.add_argument("--sink", metavar="NAME", help="only this sink")
+    t.set_defaults(func=run_test)
+
+
+def state_dir(args: argparse.Namespace) -> Any:
+    from watchdog import config as config_mod
+    from watchdog.state import resolve_state_dir
+
+    cfg = config_mod.load(args.config) if args.config else config_mod.Config()
+    return resolve_state_dir(getattr(args, "state_dir", None) or cfg.state_dir)
+
+
+def run_alerts(args: argparse.Namespace) -> int:
+    from watchdog.notify import render
+    from watchdog.notify import store as st
+    from watchdog.state import connect
+
+    conn = connect(state_dir(args), readonly=True)
+    try:
+        tables = {r[0] for r in conn.execute("SELECT name FROM sqlite_master")}
+        if "notify_alerts" not in tables:
+            print("no alerting state: the config names no notify sinks, or the agent has not "
+                  "run with them yet", file=sys.stderr)
+            return 0
+        alerts = []
+        for fp, doc, state, hold in conn.execute(
+                "SELECT fp, doc, state, hold_until FROM notify_alerts ORDER BY updated_at"):
+            if state == "resolved" and not args.all:
+                continue
+            a = st.alert_from_json(doc)
+            sends = conn.execute(
+                "SELECT sink, reason, state, attempts, last_error, sent_at FROM notify_outbox "
+                "WHERE doc LIKE ? ORDER BY id", (f'%"fingerprint": "{fp}"%',)).fetchall()
+            alerts.append({"fingerprint": fp, "state": state, "hold_until": hold,
+                           "alert": render.jsonable_alert(a),
+                           "notifications": [dict(zip(("sink", "reason", "state", "attempts",
+                                                       "last_error", "sent_at"), r,
+                                                      strict=True)) for r in sends],
+                           "headline": render.headline(a, a.resolved_at or time.time())})
+        silences = st.silences(conn, time.time())
+    finally:
+        conn.close()
+    if args.json:
+        print(json.dumps({"alerts": alerts, "silences": silences}))
+        return 0
+    if not alerts:
+        print("no alerts")
+    for a in alerts:
+        print(f"{a['state'].upper():9} {a['headline']}  [{a['fingerprint']}]")
+        for n in a["notifications"]:
+            err = f" ({n['last_error']})" if n["last_error"] else ""
+            print(f"    {n['sink']:12} {n['reason']:8} {n['state']}{err}")
+    for s in silences:
+        until = time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime(s["ends_at"]))
+        print(f"silence {s['id']}: until {until} {s['comment']}")
+    return 0
+
+
+def run_test(args: argparse.Namespace) -> int:
+    import socket
+    import uuid
+
+    from watchdog import config as config_mod
+    from watchdog.errors import InputError
+    from watchdog.notify.base import Accepted, Notification
+    from watchdog.notify.notifier import build_sinks
+
+    cfg = config_mod.load(args.config)
+    if cfg.notify is None or not cfg.notify.sinks:
+        raise InputError(f"{args.config}: no notify sinks configured")
+    sinks = build_sinks(cfg.notify)
+    if args.sink:
+        if args.sink not in sinks:
+            raise InputError(f"--sink {args.sink}: not in {args.config} (sinks: "
+                             f"{', '.join(sinks)})")
+        sinks = {args.sink: sinks[args.sink]}
+    host = cfg.host or socket.gethostname()
+    bad = 0
+    for name, sink in sinks.items():
+        n = Notification(id=uuid.uuid4().hex, sink=name, group_key=f"agent/{host}",
+                         reason="test", created_at=time.time(), alerts=(),
+                         text=f"test from {host}: this sink works. No action needed.")
+        result = sink.send(n, {})
+        ok = isinstance(result, Accepted)
+        bad += not ok
+        print(f"{name} ({sink.type}): {'delivered' if ok else type(result).__name__.lower()}"
+              + ("" if ok else f": {result.error}"))
+        sink.close()
+    return 1 if bad else 0

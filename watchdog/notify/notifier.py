@@ -1,0 +1,164 @@
+"""The alerting facade the live pipeline calls: ``observe``, ``tick``, ``status``, ``drain``,
+``close``.
+
+It owns the policy (on the pipeline's tick thread and the pipeline's clock) and one
+delivery worker per sink (their own threads, database connections and the wall clock).
+The agent's own trouble (a sink refusing a notification, a sink failing for longer than
+``sink_fail_after``, a full outbox) is logged, shown in ``watchdog status`` and sent to the
+other sinks as a ``meta`` notification.
+"""
+
+from __future__ import annotations
+
+import logging
+import queue
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from watchdog.incident import Incident
+from watchdog.notify import store as st
+from watchdog.notify.config import NotifyConfig
+from watchdog.notify.deliver import Worker
+from watchdog.notify.policy import Policy, RuleInfo
+
+log = logging.getLogger("watchdog.notify")
+
+
+def build_sinks(cfg: NotifyConfig) -> dict[str, Any]:
+    """Every sink of the config, built (secrets read) now: errors are InputError."""
+    from watchdog.notify.sinks import build_sink
+
+    return {s.name: build_sink(s.name, s.type, s.options, s.where) for s in cfg.sinks}
+
+
+class Notifier:
+    """Alerting for one agent. ``connect()`` opens a new connection to the state database
+    (each thread has its own); ``clock()`` is the pipeline's clock."""
+
+    def __init__(self, cfg: NotifyConfig, connect: Callable[[], Any], clock: Callable[[], float],
+                 host: str | None, rule_info: RuleInfo, sinks: dict[str, Any] | None = None,
+                 start: bool = True) -> None:
+        self.cfg = cfg
+        self._connect = connect
+        self.clock = clock
+        self.sinks = build_sinks(cfg) if sinks is None else sinks
+        self.policy = Policy(cfg, connect(), host, rule_info, clock())
+        self.events: queue.Queue[tuple[str, str, str]] = queue.Queue()
+        self.workers = {name: Worker(s, connect, self.events, cfg.sink_fail_after)
+                        for name, s in self.sinks.items()}
+        self._status: dict[str, Any] = {}
+        self._status_at = -1e18
+        self.problems: list[str] = []
+        if start:
+            self.start()
+
+    def start(self) -> None:
+        for w in self.workers.values():
+            if not w.is_alive() and not w.stopping.is_set():
+                w.start()
+
+    # --- the pipeline's calls ----------------------------------------------------------------
+    def observe(self, changes: list[tuple[str, Incident]]) -> None:
+        self.policy.observe(changes, self.clock())
+
+    def tick(self, now: float) -> None:
+        self._report_events(now)
+        queued = self.policy.tick(now, self.sinks)
+        for n in queued:
+            w = self.workers.get(n.sink)
+            if w is not None:
+                w.wake.set()
+        if time.monotonic() - self._status_at >= 5.0:
+            self._refresh_status()
+
+    def _report_events(self, now: float) -> None:
+        while True:
+            try:
+                kind, sink, text = self.events.get_nowait()
+            except queue.Empty:
+                return
+            self.problems = [*self.problems[-9:], text]
+            others = [s for s in self.sinks if s != sink]
+            if kind != "recovered" and others:
+                self.policy.meta(f"{text} (host {self.policy.host})", now, others)
+            for s in others:
+                self.workers[s].wake.set()
+
+    def drain(self, seconds: float | None = None) -> int:
+        """Give the workers up to ``seconds`` (default ``drain_timeout``) to empty the
+        outbox; returns how many rows are left (delivered after the next start)."""
+        limit = self.cfg.drain_timeout if seconds is None else seconds
+        end = time.monotonic() + limit
+        conn = self._connect()
+        try:
+            while True:
+                left = sum(n for n, _ in st.pending_counts(conn).values())
+                due = conn.execute("SELECT COUNT(*) FROM notify_outbox WHERE state = 'pending' "
+                                   "AND next_at <= ?", (time.time() + 0.5,)).fetchone()[0]
+                if left == 0 or (due == 0 and not any(w.busy.is_set()
+                                                     for w in self.workers.values())):
+                    break
+                if time.monotonic() >= end:
+                    break
+                for w in self.workers.values():
+                    w.wake.set()
+                time.sleep(0.05)
+        finally:
+            conn.close()
+        if left:
+            log.warning("%d notification(s) still queued at stop: sent after the next start",
+                        left)
+        return left
+
+    def close(self) -> None:
+        for w in self.workers.values():
+            w.stop()
+        for w in self.workers.values():
+            if w.is_alive():
+                w.join(timeout=5.0)
+        for s in self.sinks.values():
+            try:
+                s.close()
+            except Exception as e:  # noqa: BLE001 - closing anyway
+                log.warning("closing sink %s: %s", getattr(s, "name", s), e)
+        self.policy.conn.close()
+
+    # --- status ---------------------------------------------------------------------------------
+    def status(self) -> dict[str, Any]:
+        """For ``watchdog status`` (cached: safe to call from the metrics thread)."""
+        return self._status or {"sinks": {}}
+
+    def _refresh_status(self) -> None:
+        self._status_at = time.monotonic()
+        conn = self.policy.conn
+        pend = st.pending_counts(conn)
+        wall = time.time()
+        sinks = {}
+        rows = {r[0]: r[1:] for r in conn.execute(
+            "SELECT sink, failing_since, last_error FROM notify_sinks")}
+        failed = dict(conn.execute("SELECT sink, COUNT(*) FROM notify_outbox WHERE state = "
+                                   "'failed' GROUP BY sink").fetchall())
+        sent = dict(conn.execute("SELECT sink, COUNT(*) FROM notify_outbox WHERE state = "
+                                 "'sent' GROUP BY sink").fetchall())
+        for name, s in self.sinks.items():
+            n, oldest = pend.get(name, (0, None))
+            since, err = rows.get(name, (None, None))
+            sinks[name] = {"type": s.type, "pending": n, "sent": sent.get(name, 0),
+                           "oldest_pending_s": None if oldest is None else round(wall - oldest, 1),
+                           "failing_since": since, "last_error": err,
+                           "undeliverable": failed.get(name, 0)}
+        firing = sum(1 for a in self.policy.alerts.values() if a.state != "resolved")
+        self._status = {"sinks": sinks, "alerts_firing": firing, "dropped": self.policy.dropped,
+                        "silences": len(st.silences(conn, wall)), "problems": self.problems[-5:]}
+
+
+def for_agent(cfg: NotifyConfig, state_dir: str | Path, clock: Callable[[], float],
+              host: str | None, rule_info: RuleInfo) -> Notifier | None:
+    """The daemon's notifier, or None when the config names no sink."""
+    if not cfg.sinks:
+        return None
+    from watchdog.state import connect
+
+    return Notifier(cfg, lambda: connect(state_dir), clock, host, rule_info)

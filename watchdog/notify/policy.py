@@ -1,0 +1,367 @@
+"""Notification policy: incidents in, notifications (one per group and sink) out.
+
+Stages, in the order Alertmanager's notify pipeline runs them:
+
+1. **Identity.** Each incident gets its fingerprint when first seen (:mod:`.fingerprint`).
+2. **Hold and flapping.** A resolve is held ``resolve_hold``; a re-fire inside the hold
+   continues the same alert (no new page, no resolve). An alert that fired
+   ``flap_count`` times within ``flap_window`` is flapping and its resolve is held
+   ``flap_hold``: an incident firing and clearing every minute for an hour is one page
+   and, once it stays clear, one resolve. After a restart every alert that was firing is
+   held ``restart_grace`` for the detector to raise it again.
+3. **Muting.** Inhibition (``gpu_lost``/``nvml_error`` on a GPU, or node-wide, mute every
+   other kind there; more pairs from the config) and silences (wall clock, stored in the
+   database so ``watchdog silence`` works on a running agent). A muted alert is not
+   notified while it fires; if it had been notified, its resolve still is.
+   (The rules' own ``inhibited_by`` stops an incident from being raised at all; this
+   layer only decides who hears of incidents that exist, and keeps them in ``alerts``.)
+4. **Routing** by severity and kind to named sinks (default: every sink).
+5. **Grouping** by host (and Slurm job id): one notification lists every alert of the
+   group; a new group waits ``group_wait``, later changes ``group_interval``, a group
+   that still fires and did not change is re-sent after ``repeat_interval``.
+
+All timers here run on the injected clock. Everything decided in a tick is written in one
+transaction with the outbox rows (see :mod:`.store`).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import sqlite3
+import time
+import uuid as uuidlib
+from collections.abc import Callable
+from dataclasses import dataclass, field, replace
+from typing import Any
+
+from watchdog.incident import Incident
+from watchdog.notify import store as st
+from watchdog.notify.base import Alert, Notification
+from watchdog.notify.config import NotifyConfig
+from watchdog.notify.fingerprint import fingerprint, group_key
+
+log = logging.getLogger("watchdog.notify")
+
+RuleInfo = Callable[[str], tuple[str, str | None]]  # rule name -> (scope, runbook)
+
+
+@dataclass(slots=True)
+class AlertState:
+    """What the policy knows of one fingerprint. ``state``: firing | resolving | resolved."""
+
+    alert: Alert
+    state: str
+    group: str
+    hold_until: float | None = None
+    fires: list[float] = field(default_factory=list)
+    dirty: bool = True
+
+
+@dataclass(slots=True)
+class GroupState:
+    """One group as one sink saw it: ``sent`` maps fingerprint -> [status, gpus]."""
+
+    instance: str
+    created_at: float
+    last_sent_at: float | None = None
+    sent: dict[str, list[Any]] = field(default_factory=dict)
+    dirty: bool = True
+
+
+class Policy:
+    """Turns detector transitions into outbox rows. Not thread-safe: the tick thread only."""
+
+    def __init__(self, cfg: NotifyConfig, conn: sqlite3.Connection, host: str | None,
+                 rule_info: RuleInfo, now: float) -> None:
+        self.cfg = cfg
+        self.conn = st.open_store(conn)
+        self.host = host
+        self.rule_info = rule_info
+        self.alerts: dict[str, AlertState] = {}
+        self.groups: dict[tuple[str, str], GroupState] = {}
+        self._fp_of: dict[int, str] = {}
+        self._silences: list[dict[str, Any]] = []
+        self._silences_at = -1e18
+        self.dropped = 0  # notifications refused by a full outbox
+        self._load(now)
+
+    # --- restart ---------------------------------------------------------------------------
+    def _load(self, now: float) -> None:
+        """Pick up where the last run stopped. Stored times ahead of ``now`` (a simulated
+        node starting over, a wall clock stepped back) are clamped to ``now``."""
+        for fp, g, doc, state, _hold, fires in self.conn.execute(
+                "SELECT fp, group_key, doc, state, hold_until, fires FROM notify_alerts"):
+            a = st.alert_from_json(doc)
+            times = [min(t, now) for t in json.loads(fires)]
+            if state == "resolved":
+                self.alerts[fp] = AlertState(a, state, g, None, times, dirty=False)
+                continue
+            # firing before the restart: the detector must raise it again within the grace
+            self.alerts[fp] = AlertState(a, "resolving", g, now + self.cfg.restart_grace, times)
+        for g, sink, created, last, sent in self.conn.execute(
+                "SELECT group_key, sink, created_at, last_sent_at, sent FROM notify_groups"):
+            d = json.loads(sent)
+            inst = d.pop("__instance__", g)
+            self.groups[(g, sink)] = GroupState(
+                inst, min(created, now), None if last is None else min(last, now), d, False)
+        if self.alerts:
+            held = sum(1 for a in self.alerts.values() if a.state == "resolving")
+            if held:
+                log.info("%d alert(s) were firing when the agent stopped: held %.0f s for "
+                         "the detector to confirm them", held, self.cfg.restart_grace)
+
+    # --- incidents in ----------------------------------------------------------------------
+    def observe(self, changes: list[tuple[str, Incident]], now: float) -> None:
+        """Take the detector's transitions (``firing``, ``updated``, ``resolved``)."""
+        for what, inc in changes:
+            fp = self._fp(inc)
+            cur = self.alerts.get(fp)
+            if what == "firing":
+                alert = self._alert(inc, fp, "firing")
+                fires = [t for t in (cur.fires if cur else []) if now - t <= self.cfg.flap_window]
+                if cur is not None and cur.state == "resolving":
+                    alert = replace(alert, started_at=cur.alert.started_at,
+                                    fired_at=cur.alert.fired_at)
+                self.alerts[fp] = AlertState(alert, "firing", self._group(inc), None,
+                                             [*fires, now])
+            elif cur is None:
+                continue  # an update or resolve of an incident this policy never saw fire
+            elif what == "updated":
+                cur.alert = replace(self._alert(inc, fp, "firing"),
+                                    started_at=cur.alert.started_at, fired_at=cur.alert.fired_at)
+                cur.dirty = True
+            elif what == "resolved":
+                flapping = len(cur.fires) >= self.cfg.flap_count
+                hold = self.cfg.flap_hold if flapping else self.cfg.resolve_hold
+                cur.alert = replace(cur.alert, resolved_at=inc.resolved_at or now,
+                                    evidence=_plain(inc.evidence) or cur.alert.evidence)
+                cur.state, cur.hold_until, cur.dirty = "resolving", now + hold, True
+                if flapping:
+                    log.info("%s on %s is flapping (%d firings in %.0f min): its resolve is "
+                             "held %.0f min", inc.kind, inc.host, len(cur.fires),
+                             self.cfg.flap_window / 60, hold / 60)
+            if what == "resolved":
+                self._fp_of.pop(id(inc), None)
+
+    def _fp(self, inc: Incident) -> str:
+        fp = self._fp_of.get(id(inc))
+        if fp is None:
+            scope, _ = self.rule_info(inc.rule)
+            per_gpu = scope == "gpu" and len(inc.uuids) == 1
+            fp = fingerprint(inc.kind, inc.host, inc.rule, inc.labels,
+                             inc.uuids[0] if per_gpu else None)
+            self._fp_of[id(inc)] = fp
+        return fp
+
+    def _group(self, inc: Incident) -> str:
+        job = inc.labels.get("job_id") or inc.labels.get("slurm_job_id")
+        return group_key(inc.host, job)
+
+    def _alert(self, inc: Incident, fp: str, status: str) -> Alert:
+        _, runbook = self.rule_info(inc.rule)
+        url = runbook
+        if self.cfg.runbook_url:
+            url = self.cfg.runbook_url.replace("{kind}", inc.kind)
+        return Alert(
+            fingerprint=fp, status=status, kind=inc.kind, severity=inc.severity,  # type: ignore[arg-type]
+            host=inc.host, gpus=tuple(inc.gpus), uuids=tuple(inc.uuids),
+            started_at=inc.started_at, fired_at=inc.fired_at, resolved_at=None,
+            rule=inc.rule, summary=inc.summary, evidence=_plain(inc.evidence),
+            labels=dict(inc.labels), runbook_url=url,
+            job_id=inc.labels.get("job_id") or inc.labels.get("slurm_job_id"))
+
+    # --- muting -----------------------------------------------------------------------------
+    def _muted(self, now_wall: float) -> set[str]:
+        live = [a for a in self.alerts.values() if a.state != "resolved"]
+        out: set[str] = set()
+        for rule in self.cfg.inhibit:
+            sources = [a.alert for a in live if a.alert.kind in rule.source]
+            for s in sources:
+                for a in live:
+                    t = a.alert
+                    if t.fingerprint == s.fingerprint or t.host != s.host:
+                        continue
+                    if rule.target and t.kind not in rule.target:
+                        continue
+                    if not rule.target and t.kind in rule.source:
+                        continue
+                    if not s.uuids or (t.uuids and set(t.uuids) <= set(s.uuids)):
+                        out.add(t.fingerprint)
+        for a in live:
+            if self._silenced(a.alert, now_wall):
+                out.add(a.alert.fingerprint)
+        return out
+
+    def _silenced(self, a: Alert, now_wall: float) -> bool:
+        if now_wall - self._silences_at >= 5.0:
+            self._silences = st.silences(self.conn, now_wall)
+            self._silences_at = now_wall
+        for s in self._silences:
+            if s["starts_at"] > now_wall or s["ends_at"] <= now_wall:
+                continue
+            if s["host"] and s["host"] != a.host:
+                continue
+            if s["kind"] and s["kind"] != a.kind:
+                continue
+            if s["gpu"] is None:
+                return True
+            ids = set(a.gpus) | set(a.uuids)
+            if a.gpus and all(g == s["gpu"] or u == s["gpu"] for g, u in
+                              zip(a.gpus, a.uuids or a.gpus, strict=False)):
+                return True
+            if s["gpu"] in ids and len(a.gpus) == 1:
+                return True
+        return False
+
+    # --- notifications out ------------------------------------------------------------------
+    def tick(self, now: float, sinks: dict[str, Any]) -> list[Notification]:
+        """Advance holds and timers; queue what is due. Returns the queued notifications."""
+        for a in self.alerts.values():
+            if a.state == "resolving" and a.hold_until is not None and now >= a.hold_until:
+                a.state, a.hold_until, a.dirty = "resolved", None, True
+                a.alert = replace(a.alert, status="resolved",
+                                  resolved_at=a.alert.resolved_at or now)
+        muted = self._muted(time.time())
+        queued: list[Notification] = []
+        for g in sorted({a.group for a in self.alerts.values()} | {k for k, _ in self.groups}):
+            members = [a for a in self.alerts.values() if a.group == g]
+            for sink in sinks:
+                n = self._group_tick(g, sink, members, muted, now, sinks[sink])
+                if n is not None:
+                    queued.append(n)
+        self._persist(queued, now)
+        return queued
+
+    def _group_tick(self, g: str, sink: str, members: list[AlertState], muted: set[str],
+                    now: float, sink_obj: Any) -> Notification | None:
+        gs = self.groups.get((g, sink))
+        sent = gs.sent if gs else {}
+        view: dict[str, Alert] = {}
+        for a in members:
+            fp = a.alert.fingerprint
+            if sink not in self.cfg.sinks_for(a.alert.severity, a.alert.kind):
+                continue
+            if a.state == "resolved":
+                if sent.get(fp, [None])[0] == "firing" and self.cfg.send_resolved:
+                    view[fp] = a.alert
+            elif fp not in muted or sent.get(fp, [None])[0] == "firing":
+                view[fp] = replace(a.alert, status="firing", resolved_at=None)
+        if not view and not sent:
+            if gs is not None:
+                self._close(g, sink)
+            return None
+        if gs is None:
+            gs = self.groups[(g, sink)] = GroupState(f"{g}#{uuidlib.uuid4().hex[:8]}", now)
+        current = {fp: [a.status, list(a.gpus)] for fp, a in view.items()}
+        changed = tuple(sorted(fp for fp in current if current[fp] != sent.get(fp)))
+        gone = [fp for fp in sent if fp not in current]  # resolved but send_resolved off
+        firing = any(a.status == "firing" for a in view.values())
+        reason = None
+        if changed:
+            first = gs.last_sent_at is None
+            wait = self.cfg.group_wait if first else self.cfg.group_interval
+            since = gs.created_at if first else gs.last_sent_at
+            if now >= since + wait:  # type: ignore[operator]
+                reason = "new" if first else (
+                    "resolved" if not firing else "update")
+        elif firing and gs.last_sent_at is not None:
+            resend = getattr(sink_obj, "resend_interval", None)
+            if now >= gs.last_sent_at + self.cfg.repeat_interval:
+                reason = "repeat"
+            elif resend and now >= gs.last_sent_at + resend:
+                reason = "refresh"
+        if reason is None:
+            if gone and not changed:
+                for fp in gone:
+                    sent.pop(fp, None)
+                gs.dirty = True
+            return None
+        alerts = tuple(sorted(view.values(), key=lambda a: (a.status != "firing", a.kind,
+                                                              a.gpus)))
+        n = Notification(id=uuidlib.uuid4().hex, sink=sink, group_key=gs.instance,
+                         reason=reason, created_at=now, alerts=alerts,  # type: ignore[arg-type]
+                         changed=changed)
+        gs.sent = {fp: v for fp, v in current.items() if v[0] == "firing"}
+        gs.last_sent_at, gs.dirty = now, True
+        if not gs.sent:  # everything resolved: the next incident opens a new group
+            gs.dirty = "close"  # type: ignore[assignment]
+        return n
+
+    def _close(self, g: str, sink: str) -> None:
+        self.groups.pop((g, sink), None)
+        self.conn.execute("DELETE FROM notify_groups WHERE group_key = ? AND sink = ?", (g, sink))
+
+    def meta(self, text: str, now: float, sinks: list[str]) -> list[Notification]:
+        """A notification about the agent itself (a sink failing, the outbox full)."""
+        out = [Notification(id=uuidlib.uuid4().hex, sink=s, group_key=f"agent/{self.host}",
+                            reason="meta", created_at=now, alerts=(), text=text)
+               for s in sinks]
+        self._persist(out, now, only_rows=True)
+        return out
+
+    def _persist(self, queued: list[Notification], now: float, only_rows: bool = False) -> None:
+        wall = time.time()
+        with st.transaction(self.conn):
+            for n in queued:
+                if not self._room(n):
+                    continue
+                self.conn.execute(
+                    "INSERT INTO notify_outbox (sink, group_key, reason, doc, created_at, "
+                    "next_at) VALUES (?, ?, ?, ?, ?, 0)",
+                    (n.sink, n.group_key, n.reason, st.notification_to_json(n), wall))
+            if only_rows:
+                return
+            owed = {fp for gs in self.groups.values() for fp in gs.sent}
+            for fp, a in list(self.alerts.items()):
+                if a.state == "resolved" and fp not in owed and not [
+                        t for t in a.fires if now - t <= self.cfg.flap_window]:
+                    del self.alerts[fp]
+                    self.conn.execute("DELETE FROM notify_alerts WHERE fp = ?", (fp,))
+                    continue
+                if a.dirty:
+                    self.conn.execute(
+                        "INSERT INTO notify_alerts (fp, group_key, doc, state, hold_until, "
+                        "fires, updated_at) VALUES (?, ?, ?, ?, ?, ?, ?) ON CONFLICT(fp) DO "
+                        "UPDATE SET group_key = excluded.group_key, doc = excluded.doc, "
+                        "state = excluded.state, hold_until = excluded.hold_until, "
+                        "fires = excluded.fires, updated_at = excluded.updated_at",
+                        (fp, a.group, st.alert_to_json(a.alert), a.state, a.hold_until,
+                         json.dumps(a.fires), now))
+                    a.dirty = False
+            for (g, sink), gs in list(self.groups.items()):
+                if gs.dirty == "close":
+                    self._close(g, sink)
+                elif gs.dirty:
+                    self.conn.execute(
+                        "INSERT INTO notify_groups (group_key, sink, created_at, last_sent_at, "
+                        "sent) VALUES (?, ?, ?, ?, ?) ON CONFLICT(group_key, sink) DO UPDATE "
+                        "SET created_at = excluded.created_at, last_sent_at = "
+                        "excluded.last_sent_at, sent = excluded.sent",
+                        (g, sink, gs.created_at, gs.last_sent_at,
+                         json.dumps({**gs.sent, "__instance__": gs.instance})))
+                    gs.dirty = False
+
+    def _room(self, n: Notification) -> bool:
+        """Bounded outbox: make room by dropping queued repeats, else refuse (counted)."""
+        (pending,) = self.conn.execute("SELECT COUNT(*) FROM notify_outbox WHERE sink = ? AND "
+                                       "state = 'pending'", (n.sink,)).fetchone()
+        if pending < self.cfg.outbox_max:
+            return True
+        cur = self.conn.execute(
+            "DELETE FROM notify_outbox WHERE id = (SELECT id FROM notify_outbox WHERE sink = ? "
+            "AND state = 'pending' AND reason IN ('repeat', 'refresh') ORDER BY id LIMIT 1)",
+            (n.sink,))
+        if cur.rowcount:
+            return True
+        self.dropped += 1
+        log.error("outbox for sink %s is full (%d pending): notification about %s dropped",
+                  n.sink, pending, n.group_key)
+        return False
+
+
+def _plain(evidence: dict[str, Any]) -> dict[str, Any]:
+    """Evidence as JSON-safe plain values (NaN -> None, numpy -> Python)."""
+    from watchdog.incident import _jsonable
+
+    return _jsonable(dict(evidence or {}))

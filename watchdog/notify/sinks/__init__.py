@@ -1,0 +1,22 @@
+"""Sink types, built from ``notify.sinks`` in the config. Each module exposes
+``from_config(name, options, where) -> Sink`` and is imported only when a sink of its type
+is configured (slack-sdk and the PagerDuty client load only where they are used).
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import Any
+
+from watchdog.errors import InputError
+
+TYPES = {"slack": "slack", "pagerduty": "pagerduty", "alertmanager": "alertmanager",
+         "webhook": "webhook", "log": "logsink"}
+
+
+def build_sink(name: str, type_: str, options: dict[str, Any], where: str) -> Any:
+    """The sink ``name`` of ``type_``; bad options raise InputError naming ``where``."""
+    if type_ not in TYPES:
+        raise InputError(f"{where}: unknown sink type {type_!r} (one of: {', '.join(TYPES)})")
+    mod = importlib.import_module(f"watchdog.notify.sinks.{TYPES[type_]}")
+    return mod.from_config(name, options, where)

@@ -1,0 +1,79 @@
+"""``type: alertmanager``: post alerts to Prometheus Alertmanager's API v2.
+
+Every notification posts the group's alerts to ``POST /api/v2/alerts``: labels
+``alertname`` (the kind), ``severity``, ``host``/``instance``, ``gpus``, ``rule`` and
+``fingerprint`` (fixed for the incident's life, so Alertmanager sees one alert even as GPUs
+join); ``endsAt`` once resolved. Alertmanager forgets a firing alert that is not re-sent
+within its ``resolve_timeout`` (5 min by default), so firing groups are re-posted every
+``resend_interval`` (default 60 s). Alertmanager then does its own grouping, routing and
+silencing for the fleet.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from watchdog.errors import InputError
+from watchdog.incident import iso
+from watchdog.notify import render
+from watchdog.notify.base import Accepted, Alert, Notification, Result
+from watchdog.notify.sinks.common import check_keys, secret
+from watchdog.notify.sinks.webhook import post_json
+from watchdog.units import parse_duration
+
+
+def am_alert(a: Alert, now: float | None = None) -> dict[str, Any]:
+    labels = {"alertname": a.kind, "severity": a.severity, "host": a.host,
+              "instance": a.host, "gpus": ",".join(a.gpus) or "node", "rule": a.rule,
+              "fingerprint": a.fingerprint, "source": "nvml-watchdog"}
+    if a.job_id:
+        labels["job_id"] = a.job_id
+    ann = {"summary": a.summary, "title": render.headline(a, now)}
+    ev = render.evidence(a)
+    if ev:
+        ann["evidence"] = ev
+    if a.uuids:
+        ann["uuids"] = ",".join(a.uuids)
+    if a.runbook_url:
+        ann["runbook_url"] = a.runbook_url
+    out: dict[str, Any] = {"labels": labels, "annotations": ann,
+                           "startsAt": iso(a.fired_at or a.started_at)}
+    if a.status == "resolved":
+        out["endsAt"] = iso(a.resolved_at)
+    return out
+
+
+@dataclass
+class AlertmanagerSink:
+    name: str
+    url: str
+    headers: dict[str, str]
+    timeout: float = 10.0
+    type: str = "alertmanager"
+    rate_per_s: float | None = None
+    resend_interval: float | None = 60.0
+
+    def send(self, n: Notification, memory: dict[str, Any]) -> Result:
+        if n.reason in ("meta", "test"):
+            return Accepted(memory)  # the agent's own trouble goes to people-facing sinks
+        return post_json(self.url.rstrip("/") + "/api/v2/alerts",
+                         [am_alert(a, n.created_at) for a in n.alerts], self.headers,
+                         self.timeout, memory)
+
+    def close(self) -> None:
+        return None
+
+
+def from_config(name: str, options: dict[str, Any], where: str) -> AlertmanagerSink:
+    check_keys(options, {"url", "timeout", "resend_interval", "token_env", "token_file"},
+               where)
+    url = options.get("url")
+    if not isinstance(url, str) or not url.startswith(("http://", "https://")):
+        raise InputError(f"{where}.url: needs Alertmanager's base URL, e.g. "
+                         "http://alertmanager:9093")
+    token = secret(options, "token", where, required=False)
+    resend = parse_duration(str(options.get("resend_interval", "60s")),
+                            what=f"{where}.resend_interval")
+    return AlertmanagerSink(name, url, {"Authorization": f"Bearer {token}"} if token else {},
+                            float(options.get("timeout", 10.0)), resend_interval=resend)

@@ -1,0 +1,182 @@
+"""``type: slack``: one Slack thread per incident group, with slack-sdk.
+
+Bot token (``token_env``/``token_file`` and ``channel``): the first notification of a
+group is a ``chat.postMessage``; every later one (a GPU joined, resolved, a repeat)
+``chat.update``s that message, so the channel always shows the current state, and adds a
+threaded reply saying what changed, so the history is in the thread. Channel and ``ts``
+live in the group's memory in the state database, so this survives restarts.
+Incoming webhook (``webhook_url_env``/``webhook_url_file``): a new message each time.
+
+slack-sdk's ConnectionErrorRetryHandler retries a dropped connection; a 429 is NOT retried
+inside the client but returned as Retry(after=Retry-After), so the outbox keeps the order
+and the per-channel rate (1 message per second) in one place.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+from typing import Any
+
+from watchdog.errors import InputError
+from watchdog.notify import render
+from watchdog.notify.base import Accepted, Alert, Failed, Notification, Result, Retry
+from watchdog.notify.sinks.common import by_status, check_keys, retry_after, secret
+
+MAX_BLOCKS = 50
+SECTION_MAX = 3000
+HEADER_MAX = 150
+_ICON = {"critical": ":red_circle:", "warning": ":large_orange_circle:",
+         "info": ":information_source:"}
+#: Slack errors that retrying cannot fix.
+_FATAL = {"channel_not_found", "not_in_channel", "invalid_auth", "account_inactive",
+          "token_revoked", "no_permission", "missing_scope", "is_archived", "msg_too_long",
+          "invalid_blocks", "message_not_found", "cant_update_message", "not_authed"}
+
+
+def _cut(text: str, limit: int) -> str:
+    return text if len(text) <= limit else text[: limit - 1] + "…"
+
+
+def alert_block(a: Alert, now: float) -> dict[str, Any]:
+    """One alert as a section: bold headline, the summary, then the numbers in italics."""
+    icon = ":white_check_mark:" if a.status == "resolved" else _ICON.get(a.severity, "")
+    lines = [f"{icon} *{render.headline(a, now)}*", a.summary]
+    ev = render.evidence(a)
+    if ev:
+        lines.append(f"_{ev}_")
+    return {"type": "section", "text": {"type": "mrkdwn", "text": _cut("\n".join(lines),
+                                                                      SECTION_MAX)}}
+
+
+def context_block(a: Alert) -> dict[str, Any]:
+    """Small print: GPU UUIDs, job, runbook, times."""
+    bits = []
+    if a.uuids:
+        bits.append("GPUs " + ", ".join(f"{g}=`{u}`" for g, u in zip(a.gpus[:4], a.uuids[:4],
+                                                                       strict=False))
+                    + (f" +{len(a.uuids) - 4} more" if len(a.uuids) > 4 else ""))
+    if a.job_id:
+        bits.append(f"job {a.job_id}")
+    if a.runbook_url:
+        bits.append(f"<{a.runbook_url}|runbook>" if a.runbook_url.startswith("http")
+                    else f"runbook: {a.runbook_url}")
+    bits.append(f"since {time.strftime('%H:%M UTC', time.gmtime(a.started_at))}")
+    return {"type": "context", "elements": [{"type": "mrkdwn",
+                                             "text": _cut(" · ".join(bits), SECTION_MAX)}]}
+
+
+def render_blocks(n: Notification, now: float | None = None) -> dict[str, Any]:
+    """Block Kit for ``n``: ``{"text": fallback, "blocks": [...]}`` within Slack's limits."""
+    now = n.created_at if now is None else now
+    if n.reason in ("meta", "test"):
+        text = f":warning: nvml-watchdog: {n.text}" if n.reason == "meta" else (
+            f":test_tube: nvml-watchdog test message: {n.text}")
+        return {"text": _cut(text, SECTION_MAX), "blocks": [
+            {"type": "section", "text": {"type": "mrkdwn", "text": _cut(text, SECTION_MAX)}}]}
+    title = render.title(n, now)
+    blocks: list[dict[str, Any]] = [
+        {"type": "header", "text": {"type": "plain_text", "text": _cut(title, HEADER_MAX)}}]
+    shown = n.alerts[: (MAX_BLOCKS - 2) // 3]
+    for a in shown:
+        blocks += [alert_block(a, now), context_block(a), {"type": "divider"}]
+    if len(n.alerts) > len(shown):
+        blocks.append({"type": "context", "elements": [{"type": "mrkdwn", "text": (
+            f"+{len(n.alerts) - len(shown)} more alerts: `watchdog alerts` on the node")}]})
+    elif blocks[-1]["type"] == "divider":
+        blocks.pop()
+    return {"text": _cut(title, SECTION_MAX), "blocks": blocks[:MAX_BLOCKS]}
+
+
+def change_text(n: Notification, now: float) -> str:
+    """The thread reply: what changed since the previous message of this group."""
+    changed = [a for a in n.alerts if a.fingerprint in n.changed] or list(n.alerts)
+    if n.reason == "repeat":
+        return "still firing: " + "; ".join(render.headline(a, now) for a in changed)
+    return "\n".join(render.headline(a, now) for a in changed)
+
+
+@dataclass
+class SlackSink:
+    name: str
+    channel: str | None
+    client: Any  # slack_sdk.WebClient (bot) or slack_sdk.webhook.WebhookClient
+    type: str = "slack"
+    rate_per_s: float | None = 1.0
+    resend_interval: float | None = None
+
+    def send(self, n: Notification, memory: dict[str, Any]) -> Result:
+        now = n.created_at
+        msg = render_blocks(n, now)
+        if self.channel is None:
+            return self._webhook(msg)
+        mem = dict(memory)
+        try:
+            if n.reason in ("meta", "test") or "ts" not in mem:
+                r = self.client.chat_postMessage(channel=self.channel, **msg)
+                if n.reason not in ("meta", "test"):
+                    mem.update(channel=r["channel"], ts=r["ts"])
+                return Accepted(mem)
+            if mem.get("updated_for") != n.id:
+                self.client.chat_update(channel=mem["channel"], ts=mem["ts"], **msg)
+                mem["updated_for"] = n.id
+            self.client.chat_postMessage(channel=mem["channel"], thread_ts=mem["ts"],
+                                         text=_cut(change_text(n, now), SECTION_MAX))
+            return Accepted(mem)
+        except Exception as e:  # noqa: BLE001 - mapped onto Retry/Failed below
+            return _slack_error(e, mem)
+
+    def _webhook(self, msg: dict[str, Any]) -> Result:
+        try:
+            r = self.client.send(text=msg["text"], blocks=msg["blocks"])
+        except Exception as e:  # noqa: BLE001 - network trouble
+            return Retry(f"slack webhook: {type(e).__name__}: {e}")
+        return by_status(r.status_code, str(r.body), r.headers, what="slack webhook: ")
+
+    def close(self) -> None:
+        return None
+
+
+def _slack_error(e: Exception, memory: dict[str, Any]) -> Result:
+    from slack_sdk.errors import SlackApiError
+
+    if isinstance(e, SlackApiError):
+        resp = e.response
+        status = getattr(resp, "status_code", 0)
+        err = (resp.data or {}).get("error", "") if isinstance(resp.data, dict) else ""
+        if status == 429 or err == "ratelimited":
+            return Retry("slack: rate limited (429)",
+                         retry_after(resp.headers.get("Retry-After") or
+                                     resp.headers.get("retry-after")), memory)
+        if err in _FATAL or (400 <= status < 500 and status not in (408, 429)):
+            return Failed(f"slack: {err or status}", memory)
+        return Retry(f"slack: {err or status}", None, memory)
+    return Retry(f"slack: {type(e).__name__}: {e}", None, memory)
+
+
+def from_config(name: str, options: dict[str, Any], where: str) -> SlackSink:
+    check_keys(options, {"token", "token_env", "token_file", "channel", "webhook_url",
+                         "webhook_url_env",
+                         "webhook_url_file", "base_url", "timeout"}, where)
+    timeout = int(options.get("timeout", 10))
+    from slack_sdk.http_retry.builtin_handlers import ConnectionErrorRetryHandler
+
+    retry = [ConnectionErrorRetryHandler(max_retry=2)]
+    if options.get("webhook_url_env") or options.get("webhook_url_file"):
+        if options.get("channel") or options.get("token_env") or options.get("token_file"):
+            raise InputError(f"{where}: an incoming webhook posts to its own channel: give "
+                             "webhook_url_env/_file, or token_env/_file with channel")
+        from slack_sdk.webhook import WebhookClient
+
+        url = secret(options, "webhook_url", where)
+        return SlackSink(name, None, WebhookClient(url, timeout=timeout, retry_handlers=retry))
+    token = secret(options, "token", where)
+    channel = options.get("channel")
+    if not isinstance(channel, str) or not channel:
+        raise InputError(f"{where}: needs channel (e.g. \"#gpu-alerts\" or a channel id)")
+    from slack_sdk import WebClient
+
+    base = str(options.get("base_url", "https://slack.com/api/"))
+    client = WebClient(token=token, base_url=base if base.endswith("/") else base + "/",
+                       timeout=timeout, retry_handlers=retry)
+    return SlackSink(name, channel, client)

@@ -1,0 +1,75 @@
+"""``type: webhook``: one JSON POST per notification to any HTTP endpoint.
+
+Body: ``{"version": 1, "id", "reason", "group_key", "status": "firing"|"resolved",
+"title", "text", "changed": [fingerprints], "alerts": [incident objects]}``. The ``id`` is
+stable across retries, so a receiver can drop repeats. 2xx is delivered; 408, 429 and 5xx
+are retried (``Retry-After`` honoured); any other 4xx is undeliverable.
+"""
+
+from __future__ import annotations
+
+import json
+import urllib.error
+import urllib.request
+from dataclasses import dataclass
+from typing import Any
+
+from watchdog.errors import InputError
+from watchdog.notify import render
+from watchdog.notify.base import Notification, Result, Retry
+from watchdog.notify.sinks.common import by_status, check_keys, secret
+
+
+def body(n: Notification) -> dict[str, Any]:
+    firing = any(a.status == "firing" for a in n.alerts)
+    return {"version": 1, "id": n.id, "reason": n.reason, "group_key": n.group_key,
+            "status": "firing" if firing else "resolved", "title": render.title(n),
+            "text": render.as_text(n), "changed": list(n.changed),
+            "alerts": [render.jsonable_alert(a) for a in n.alerts]}
+
+
+def post_json(url: str, payload: Any, headers: dict[str, str], timeout: float,
+              memory: dict[str, Any] | None = None) -> Result:
+    """POST ``payload``; the reply mapped by :func:`by_status`; network trouble is Retry."""
+    data = json.dumps(payload).encode()
+    req = urllib.request.Request(url, data=data, method="POST",
+                                 headers={"Content-Type": "application/json", **headers})
+    try:
+        with urllib.request.urlopen(req, timeout=timeout) as r:
+            return by_status(r.status, r.read().decode(errors="replace"), r.headers, memory)
+    except urllib.error.HTTPError as e:
+        text = e.read().decode(errors="replace") if e.fp else ""
+        return by_status(e.code, text, e.headers, memory)
+    except (urllib.error.URLError, TimeoutError, ConnectionError, OSError) as e:
+        reason = getattr(e, "reason", e)
+        return Retry(f"cannot reach {url.split('?')[0]}: {reason}", None, memory or {})
+
+
+@dataclass
+class WebhookSink:
+    name: str
+    url: str
+    headers: dict[str, str]
+    timeout: float = 10.0
+    type: str = "webhook"
+    rate_per_s: float | None = None
+    resend_interval: float | None = None
+
+    def send(self, n: Notification, memory: dict[str, Any]) -> Result:
+        return post_json(self.url, body(n), self.headers, self.timeout, memory)
+
+    def close(self) -> None:
+        return None
+
+
+def from_config(name: str, options: dict[str, Any], where: str) -> WebhookSink:
+    check_keys(options, {"url", "url_env", "url_file", "token_env", "token_file", "timeout",
+                         "rate_per_s"}, where)
+    url = options.get("url") or secret(options, "url", where)
+    if not isinstance(url, str) or not url.startswith(("http://", "https://")):
+        raise InputError(f"{where}.url: must be an http(s) URL")
+    token = secret(options, "token", where, required=False)
+    headers = {"Authorization": f"Bearer {token}"} if token else {}
+    rate = options.get("rate_per_s")
+    return WebhookSink(name, url, headers, float(options.get("timeout", 10.0)),
+                       rate_per_s=float(rate) if rate else None)
