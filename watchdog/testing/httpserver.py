@@ -42,7 +42,7 @@ class Server:
 
     def __init__(self, default: Reply | None = None,
                  handler: Callable[[Request], Reply] | None = None,
-                 log_path: str | None = None) -> None:
+                 log_path: str | None = None, tls: tuple[str, str] | None = None) -> None:
         self.requests: list[Request] = []
         self.script: list[Reply] = []
         self.default = default or Reply()
@@ -93,6 +93,13 @@ class Server:
         self.httpd.daemon_threads = True
         self.port = self.httpd.server_address[1]
         self.url = f"http://127.0.0.1:{self.port}"
+        if tls is not None:  # (certificate, key) files: serve HTTPS
+            import ssl
+
+            ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+            ctx.load_cert_chain(*tls)
+            self.httpd.socket = ctx.wrap_socket(self.httpd.socket, server_side=True)
+            self.url = f"https://127.0.0.1:{self.port}"
         self._thread = threading.Thread(target=self.httpd.serve_forever, daemon=True)
 
     def _answer(self, req: Request) -> Reply:

@@ -15,6 +15,7 @@ half a batch never sends that half twice, and a trigger is never sent after its 
 from __future__ import annotations
 
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 from watchdog.errors import InputError
@@ -31,7 +32,7 @@ class _RateLimited(Exception):
         self.response = response
 
 
-def _client(routing_key: str, url: str | None, timeout: float) -> Any:
+def _client(routing_key: str, url: str | None, timeout: float, ca_file: str | None) -> Any:
     from pagerduty import EventsApiV2Client
 
     class Client(EventsApiV2Client):  # type: ignore[misc]
@@ -39,7 +40,12 @@ def _client(routing_key: str, url: str | None, timeout: float) -> Any:
             if response.status_code == 429:
                 raise _RateLimited(response)
 
-    c = Client(routing_key, base_url=url)
+    kw: dict[str, Any] = {}
+    if ca_file:  # a private CA (an egress proxy in front of PagerDuty; the tests' server)
+        import ssl
+
+        kw["verify"] = ssl.create_default_context(cafile=ca_file)
+    c = Client(routing_key, base_url=url, **kw)
     c.retry = {}
     c.max_network_attempts = 0
     c.timeout = timeout
@@ -127,9 +133,14 @@ def _pd_error(e: Exception, memory: dict[str, Any]) -> Result:
 
 def from_config(name: str, options: dict[str, Any], where: str) -> PagerDutySink:
     check_keys(options, {"routing_key", "routing_key_env", "routing_key_file", "url",
-                         "timeout"}, where)
+                         "timeout", "ca_file"}, where)
     key = secret(options, "routing_key", where)
     url = options.get("url")
-    if url is not None and not str(url).startswith(("http://", "https://")):
-        raise InputError(f"{where}.url: must be an http(s) URL")
-    return PagerDutySink(name, _client(str(key), url, float(options.get("timeout", 10.0))))
+    if url is not None and not str(url).startswith("https://"):
+        raise InputError(f"{where}.url: must be an https:// URL (PagerDuty's client refuses "
+                         "anything else)")
+    ca = options.get("ca_file")
+    if ca is not None and not Path(str(ca)).is_file():
+        raise InputError(f"{where}.ca_file: {ca} is not a file")
+    return PagerDutySink(name, _client(str(key), url, float(options.get("timeout", 10.0)),
+                                       None if ca is None else str(ca)))

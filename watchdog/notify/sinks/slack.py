@@ -161,7 +161,7 @@ def from_config(name: str, options: dict[str, Any], where: str) -> SlackSink:
     timeout = int(options.get("timeout", 10))
     from slack_sdk.http_retry.builtin_handlers import ConnectionErrorRetryHandler
 
-    retry = [ConnectionErrorRetryHandler(max_retry=2)]
+    retry = [ConnectionErrorRetryHandler(max_retry_count=2)]
     if options.get("webhook_url_env") or options.get("webhook_url_file"):
         if options.get("channel") or options.get("token_env") or options.get("token_file"):
             raise InputError(f"{where}: an incoming webhook posts to its own channel: give "
