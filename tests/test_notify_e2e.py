@@ -1,0 +1,107 @@
+"""`watchdog run` with alerting, end to end, as real subprocesses: a simulated hung job
+becomes one PagerDuty incident (trigger, then resolve, one dedup_key), one Slack message
+(posted, then updated, with the resolve in its thread) and one webhook page; a kill -9
+while the sink is down loses and doubles nothing."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from watchdog.testing.httpserver import Reply, Request, Server
+
+SIM = "sim:comm_hang(for=4m)@2m"
+
+
+@pytest.fixture(scope="module")
+def tls(tmp_path_factory: pytest.TempPathFactory) -> tuple[str, str]:
+    d = tmp_path_factory.mktemp("tls")
+    cert, key = str(d / "cert.pem"), str(d / "key.pem")
+    subprocess.run(["openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "1",
+                    "-subj", "/CN=127.0.0.1", "-addext", "subjectAltName=IP:127.0.0.1",
+                    "-keyout", key, "-out", cert], check=True, capture_output=True)
+    return cert, key
+
+
+def run_agent(tmp: Path, cfg: Path, duration: str, env: dict[str, str] | None = None,
+              ) -> subprocess.Popen[str]:
+    return subprocess.Popen(
+        [sys.executable, "-m", "watchdog", "run", "--config", str(cfg), "--speed", "30",
+         "--duration", duration], cwd=tmp, text=True, stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT, env={**os.environ, "HOME": str(tmp), **(env or {})})
+
+
+def slack_api(calls: list[tuple[str, dict]]):  # type: ignore[no-untyped-def,type-arg]
+    def handle(req: Request) -> Reply:
+        calls.append((req.path.rsplit("/", 1)[-1], req.body if isinstance(req.body, dict)
+                      else {}))
+        return Reply(200, {"ok": True, "channel": "C0GPU", "ts": f"1700000000.{len(calls):06d}"})
+    return handle
+
+
+def test_a_hung_job_is_one_pagerduty_incident_one_slack_thread_one_webhook_page(
+        tmp_path: Path, tls: tuple[str, str]) -> None:
+    (tmp_path / "pd.key").write_text("abcdef0123456789abcdef0123456789\n")
+    calls: list[tuple[str, dict]] = []  # type: ignore[type-arg]
+    with Server(Reply(202, {"status": "success", "dedup_key": "x"}), tls=tls) as pd, \
+            Server(handler=slack_api(calls)) as slack, Server() as hook:
+        cfg = tmp_path / "w.yaml"
+        cfg.write_text(f"""source: {SIM}
+state_dir: {tmp_path / 'state'}
+notify:
+  sinks:
+    pagerduty: {{type: pagerduty, routing_key_file: {tmp_path / 'pd.key'}, url: "{pd.url}",
+                 ca_file: {tls[0]}}}
+    slack: {{type: slack, token_env: T_SLACK, channel: "#gpu", base_url: "{slack.url}/api/"}}
+    hook: {{type: webhook, url: "{hook.url}/page"}}
+  routes:
+    - {{severity: critical, sinks: [pagerduty, slack, hook]}}
+    - {{sinks: [slack]}}
+""")
+        p = run_agent(tmp_path, cfg, "14m", {"T_SLACK": "xoxb-test"})
+        out, _ = p.communicate(timeout=120)
+        assert p.returncode == 0, out
+        assert "Traceback" not in out
+    events = [(r.body["event_action"], r.body["dedup_key"]) for r in pd.requests]
+    assert [a for a, _ in events] == ["trigger", "resolve"], events
+    assert events[0][1] == events[1][1]
+    assert pd.requests[0].body["payload"]["summary"].startswith("CRITICAL comm_hang on sim-node")
+    methods = [m for m, _ in calls]
+    assert methods == ["chat.postMessage", "chat.update", "chat.postMessage"], methods
+    assert calls[2][1]["thread_ts"] == "1700000000.000001"
+    assert "RESOLVED comm_hang" in calls[2][1]["text"]
+    assert [r.body["reason"] for r in hook.requests] == ["new", "resolved"]
+    status = subprocess.run([sys.executable, "-m", "watchdog", "status", "--config", str(cfg)],
+                            capture_output=True, text=True, timeout=60)
+    assert "pagerduty (pagerduty): ok · sent 2 · pending 0" in status.stdout, status.stdout
+
+
+def test_kill_9_while_the_sink_is_down_then_restart_pages_exactly_once(tmp_path: Path) -> None:
+    """The receiver refuses (503) until the agent has been killed with SIGKILL holding a
+    queued page; after the restart the page goes out once, and the resolve once."""
+    with Server(Reply(503, {"error": "down"})) as hook:
+        cfg = tmp_path / "w.yaml"
+        cfg.write_text(f"source: {SIM}\nstate_dir: {tmp_path / 'state'}\nnotify:\n"
+                       f"  sinks:\n    hook: {{type: webhook, url: \"{hook.url}/page\"}}\n")
+        p = run_agent(tmp_path, cfg, "30m")
+        end = time.monotonic() + 60
+        while not hook.refused and time.monotonic() < end:
+            time.sleep(0.1)
+        assert hook.refused, "the agent never tried to deliver"
+        os.kill(p.pid, signal.SIGKILL)
+        p.communicate(timeout=30)
+        assert hook.requests == []
+        hook.default = Reply(200)
+        p = run_agent(tmp_path, cfg, "14m")
+        out, _ = p.communicate(timeout=120)
+        assert p.returncode == 0, out
+    pages = [(r.body["reason"], r.body["status"], tuple(r.body["changed"])) for r in hook.requests]
+    assert [x[:2] for x in pages] == [("new", "firing"), ("resolved", "resolved")], pages
+    assert pages[0][2] == pages[1][2]
+    assert len({r.body["id"] for r in hook.requests}) == 2
