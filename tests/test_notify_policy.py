@@ -114,7 +114,7 @@ def test_gpu_lost_mutes_other_kinds_on_that_gpu_only(tmp_path: Path) -> None:
     p.observe([("firing", inc("gpu_lost", ["3"], T0)),
                ("firing", inc("thermal_throttle", ["3"], T0, severity="warning")),
                ("firing", inc("thermal_throttle", ["4"], T0, severity="warning"))], T0)
-    n = [x for x in run(p, T0, T0 + 20) if x.sink == "slack"][0]
+    n = next(x for x in run(p, T0, T0 + 20) if x.sink == "slack")
     assert sorted((a.kind, a.gpus) for a in n.alerts) == [
         ("gpu_lost", ("3",)), ("thermal_throttle", ("4",))]
 
@@ -123,7 +123,7 @@ def test_node_wide_nvml_error_mutes_everything_else(tmp_path: Path) -> None:
     p = policy(tmp_path)
     down = inc("nvml_error", [], T0, rule="nvml_unavailable")
     p.observe([("firing", down), ("firing", inc("ecc", ["1"], T0))], T0)
-    n = [x for x in run(p, T0, T0 + 20) if x.sink == "slack"][0]
+    n = next(x for x in run(p, T0, T0 + 20) if x.sink == "slack")
     assert [a.kind for a in n.alerts] == ["nvml_error"]
 
 
