@@ -203,3 +203,16 @@ def test_slow_flapping_is_damped_once_it_is_recognised(tmp_path: Path) -> None:
     got += run(p, T0 + 3600, T0 + 3 * 3600, step=10)
     reasons = [n.reason for n in got if n.sink == "slack"]
     assert reasons == ["new", "resolved", "new", "resolved", "new", "resolved"]
+
+
+def test_incidents_the_caller_drops_never_share_a_fingerprint(tmp_path: Path) -> None:
+    """Found by bench/alerting_bench.py: fingerprints were cached by id(incident), and
+    Python reuses the id of a freed object, so a new incident could inherit a dropped
+    one's fingerprint and replace its alert."""
+    p = policy(tmp_path)
+    for g in range(6):
+        i = inc("ecc", [str(g)], T0)
+        i.host = f"node{g}"
+        p.observe([("firing", i)], T0)
+        del i
+    assert sorted(a.alert.host for a in p.alerts.values()) == [f"node{g}" for g in range(6)]

@@ -95,8 +95,10 @@ class Notifier:
         try:
             while True:
                 left = sum(n for n, _ in st.pending_counts(conn).values())
+                # rows that become due before the drain time is up are waited for
+                left_s = end - time.monotonic()
                 due = conn.execute("SELECT COUNT(*) FROM notify_outbox WHERE state = 'pending' "
-                                   "AND next_at <= ?", (time.time() + 0.5,)).fetchone()[0]
+                                   "AND next_at <= ?", (time.time() + left_s,)).fetchone()[0]
                 if left == 0 or (due == 0 and not any(w.busy.is_set()
                                                      for w in self.workers.values())):
                     break

@@ -80,7 +80,7 @@ class Policy:
         self.rule_info = rule_info
         self.alerts: dict[str, AlertState] = {}
         self.groups: dict[tuple[str, str], GroupState] = {}
-        self._fp_of: dict[int, str] = {}
+        self._fp_of: dict[int, tuple[Incident, str]] = {}
         self._silences: list[dict[str, Any]] = []
         self._silences_at = -1e18
         self.dropped = 0  # notifications refused by a full outbox
@@ -145,13 +145,16 @@ class Policy:
                 self._fp_of.pop(id(inc), None)
 
     def _fp(self, inc: Incident) -> str:
-        fp = self._fp_of.get(id(inc))
-        if fp is None:
-            scope, _ = self.rule_info(inc.rule)
-            per_gpu = scope == "gpu" and len(inc.uuids) == 1
-            fp = fingerprint(inc.kind, inc.host, inc.rule, inc.labels,
-                             inc.uuids[0] if per_gpu else None)
-            self._fp_of[id(inc)] = fp
+        """The fingerprint fixed when ``inc`` was first seen. The map holds the incident
+        itself, so its ``id()`` cannot be reused by another object while it is there."""
+        entry = self._fp_of.get(id(inc))
+        if entry is not None and entry[0] is inc:
+            return entry[1]
+        scope, _ = self.rule_info(inc.rule)
+        per_gpu = scope == "gpu" and len(inc.uuids) == 1
+        fp = fingerprint(inc.kind, inc.host, inc.rule, inc.labels,
+                         inc.uuids[0] if per_gpu else None)
+        self._fp_of[id(inc)] = (inc, fp)
         return fp
 
     def _group(self, inc: Incident) -> str:
