@@ -1,5 +1,5 @@
 """The alerting commands and config, as a user meets them: `watchdog silence`, `watchdog
-alerts`, `watchdog notify test` as real subprocesses; `notify:` errors as file:line; the
+alerts`, `watchdog alerts test` as real subprocesses; `notify:` errors as file:line; the
 example config's commented notify block is valid once uncommented."""
 
 from __future__ import annotations
@@ -59,12 +59,12 @@ def test_notify_test_reports_each_sink(tmp_path: Path) -> None:
         cfg = tmp_path / "w.yaml"
         cfg.write_text(f"notify:\n  sinks:\n    good: {{type: webhook, url: \"{ok.url}\"}}\n"
                        f"    bad: {{type: webhook, url: \"{bad.url}\"}}\n")
-        r = wd("notify", "test", "--config", str(cfg))
+        r = wd("alerts", "test", "--config", str(cfg))
         assert r.returncode == 1, r
         assert "good (webhook): delivered" in r.stdout
         assert "bad (webhook): failed: HTTP 404" in r.stdout
         assert ok.requests[0].body["reason"] == "test"
-        assert wd("notify", "test", "--config", str(cfg), "--sink", "good").returncode == 0
+        assert wd("alerts", "test", "--config", str(cfg), "--sink", "good").returncode == 0
 
 
 @pytest.mark.parametrize(("text", "message"), [
@@ -103,6 +103,7 @@ def test_the_example_configs_notify_block_is_valid(tmp_path: Path,
     lines = [re.sub(r"^# ?", "", x) for x in block.splitlines() if x.startswith("#")]
     key = tmp_path / "pagerduty.key"
     key.write_text("k" * 32)
+    key.chmod(0o600)
     cfg = tmp_path / "w.yaml"
     cfg.write_text("\n".join(lines).replace("/etc/nvml-watchdog/pagerduty.key", str(key)) + "\n")
     monkeypatch.setenv("SLACK_BOT_TOKEN", "xoxb-x")

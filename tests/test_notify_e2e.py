@@ -51,6 +51,7 @@ def slack_api(calls: list[tuple[str, dict]]):  # type: ignore[no-untyped-def,typ
 def test_a_hung_job_is_one_pagerduty_incident_one_slack_thread_one_webhook_page(
         tmp_path: Path, tls: tuple[str, str]) -> None:
     (tmp_path / "pd.key").write_text("abcdef0123456789abcdef0123456789\n")
+    (tmp_path / "pd.key").chmod(0o600)
     calls: list[tuple[str, dict]] = []  # type: ignore[type-arg]
     with Server(Reply(202, {"status": "success", "dedup_key": "x"}), tls=tls) as pd, \
             Server(handler=slack_api(calls)) as slack, Server() as hook:
@@ -61,7 +62,7 @@ notify:
   sinks:
     pagerduty: {{type: pagerduty, routing_key_file: {tmp_path / 'pd.key'}, url: "{pd.url}",
                  ca_file: {tls[0]}}}
-    slack: {{type: slack, token_env: T_SLACK, channel: "#gpu", base_url: "{slack.url}/api/"}}
+    slack: {{type: slack, token_env: T_SLACK, channel: "#gpu", api_url: "{slack.url}/api/"}}
     hook: {{type: webhook, url: "{hook.url}/page"}}
   routes:
     - {{severity: critical, sinks: [pagerduty, slack, hook]}}
@@ -108,3 +109,50 @@ def test_kill_9_while_the_sink_is_down_then_restart_pages_exactly_once(tmp_path:
     assert [x[:2] for x in pages] == [("new", "firing"), ("resolved", "resolved")], pages
     assert pages[0][2] == pages[1][2]
     assert len({r.body["id"] for r in hook.requests}) == 2
+
+
+def test_secrets_never_reach_logs_state_status_or_json(tmp_path: Path,
+                                                       tls: tuple[str, str]) -> None:
+    """Every sink with a secret, one of them refusing (so error paths log too): the
+    secrets appear nowhere the agent writes or prints."""
+    secrets = {"slack": "xoxb-SECRET-SLACK-0451", "pd": "SECRETPDKEY0000000000000000000451",
+               "hook": "SECRET-HOOK-TOKEN-0451", "hookurl": "SECRETPATH0451"}
+    (tmp_path / "pd.key").write_text(secrets["pd"])
+    (tmp_path / "hook.token").write_text(secrets["hook"])
+    (tmp_path / "url").write_text("")
+    for f in ("pd.key", "hook.token"):
+        (tmp_path / f).chmod(0o600)
+    with Server(Reply(202, {"status": "success", "dedup_key": "x"}), tls=tls) as pd, \
+            Server(Reply(200, {"ok": False, "error": "invalid_auth"})) as slack, \
+            Server(Reply(503)) as hook:
+        (tmp_path / "url").write_text(f"{hook.url}/{secrets['hookurl']}?k={secrets['hookurl']}")
+        (tmp_path / "url").chmod(0o600)
+        cfg = tmp_path / "w.yaml"
+        cfg.write_text(f"""source: {SIM}
+state_dir: {tmp_path / 'state'}
+notify:
+  sinks:
+    - {{name: pagerduty, type: pagerduty, routing_key_file: {tmp_path / 'pd.key'},
+       url: "{pd.url}/v2/enqueue", ca_file: {tls[0]}}}
+    - {{name: slack, type: slack, token_env: T_SLACK, channel: "#gpu",
+       api_url: "{slack.url}/api/"}}
+    - {{name: hook, type: webhook, url_file: {tmp_path / 'url'},
+       token_file: {tmp_path / 'hook.token'}}}
+""")
+        p = run_agent(tmp_path, cfg, "14m", {"T_SLACK": secrets["slack"]})
+        out, _ = p.communicate(timeout=120)
+        assert p.returncode == 0, out
+        assert pd.requests and hook.refused  # the secrets were used...
+        assert hook.refused[0].headers["Authorization"] == f"Bearer {secrets['hook']}"
+        seen = [out]
+        for args in (["status", "--json"], ["status"], ["alerts", "--json", "--all"],
+                     ["alerts", "--all"]):
+            r = subprocess.run([sys.executable, "-m", "watchdog", *args, "--config", str(cfg)],
+                               capture_output=True, text=True, timeout=60)
+            seen += [r.stdout, r.stderr]
+    assert "undeliverable" in seen[1] or "invalid_auth" in "".join(seen)
+    for f in (tmp_path / "state").rglob("*"):
+        seen.append(f.read_bytes().decode("latin-1"))
+    blob = "\n".join(seen)
+    for name, value in secrets.items():
+        assert value not in blob, f"the {name} secret leaked"

@@ -81,6 +81,10 @@ def test_secrets_come_from_env_or_file_and_are_never_inline(tmp_path: Path,
         build_sink("p", "pagerduty", {"routing_key_file": str(tmp_path / "none")}, "cfg:4")
     key = tmp_path / "key"
     key.write_text("R0UTINGKEY\n")
+    with pytest.raises(InputError, match=r"cfg:4\.routing_key_file: .*key is readable by others "
+                                         r"\(mode 644\); make it 0600"):
+        build_sink("p", "pagerduty", {"routing_key_file": str(key)}, "cfg:4")
+    key.chmod(0o600)
     assert build_sink("p", "pagerduty", {"routing_key_file": str(key)}, "c").type == "pagerduty"
 
 
@@ -106,7 +110,7 @@ class FakeSlack:
 def slack_sink(url: str, monkeypatch: pytest.MonkeyPatch):  # type: ignore[no-untyped-def]
     monkeypatch.setenv("T_SLACK", "xoxb-test")
     return build_sink("slack", "slack", {"token_env": "T_SLACK", "channel": "#gpu",
-                                          "base_url": url + "/api/"}, "cfg:9")
+                                          "api_url": url + "/api/"}, "cfg:9")
 
 
 def test_slack_posts_once_then_updates_and_replies_in_the_thread(
@@ -197,6 +201,7 @@ def tls(tmp_path_factory: pytest.TempPathFactory) -> tuple[str, str]:
 def pd_sink(url: str, tmp_path: Path, tls: tuple[str, str]):  # type: ignore[no-untyped-def]
     key = tmp_path / "pd.key"
     key.write_text("abcdef0123456789abcdef0123456789")
+    key.chmod(0o600)
     return build_sink("pd", "pagerduty", {"routing_key_file": str(key), "url": url,
                                           "ca_file": tls[0]}, "cfg:5")
 

@@ -1,5 +1,5 @@
 """``watchdog alerts``: what the agent is alerting about and where each page went;
-``watchdog notify test``: send a clearly marked test message to every sink now.
+``watchdog alerts test``: send a clearly marked test message through every sink now.
 
 Both read the daemon's config (``--config``, the file the unit uses) to find the state
 directory and the sinks. ``alerts`` opens the state database read-only, so it is safe as
@@ -16,19 +16,28 @@ from typing import Any
 
 
 def register(sub: argparse._SubParsersAction) -> None:
-    p = sub.add_parser("alerts", help="list the alerts and where their notifications went",
+    p = sub.add_parser("alerts", help="list alerts and deliveries; `alerts test` tries the sinks",
                        description=__doc__.split("\n\n")[0])
-    p.add_argument("--config", metavar="FILE", help="the daemon's config (for state_dir)")
+    p.add_argument("action", nargs="?", choices=["test"],
+                   help="test: send a clearly marked test message through every sink now")
+    p.add_argument("--config", metavar="FILE", help="the daemon's config (state_dir, sinks)")
     p.add_argument("--state-dir", metavar="DIR", help="state directory (overrides the config)")
     p.add_argument("--all", action="store_true", help="also alerts resolved in the last hour")
+    p.add_argument("--sink", metavar="NAME", help="with test: only this sink")
     p.add_argument("--json", action="store_true", help="one JSON object on stdout")
-    p.set_defaults(func=run_alerts)
-    n = sub.add_parser("notify", help="alert delivery tools: `watchdog notify test`")
-    nsub = n.add_subparsers(dest="action", required=True, metavar="ACTION")
-    t = nsub.add_parser("test", help="send a test message to every sink (or --sink NAME)")
-    t.add_argument("--config", metavar="FILE", required=True, help="the daemon's config")
-    t.add_argument("--sink", metavar="NAME", help="only this sink")
-    t.set_defaults(func=run_test)
+    p.set_defaults(func=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    from watchdog.errors import InputError
+
+    if args.action == "test":
+        if not args.config:
+            raise InputError("alerts test: needs --config FILE (the sinks to try)")
+        return run_test(args)
+    if args.sink:
+        raise InputError("--sink goes with `alerts test`")
+    return run_alerts(args)
 
 
 def state_dir(args: argparse.Namespace) -> Any:
@@ -67,10 +76,17 @@ def run_alerts(args: argparse.Namespace) -> int:
                                                       strict=True)) for r in sends],
                            "headline": render.headline(a, a.resolved_at or time.time())})
         silences = st.silences(conn, time.time())
+        sinks: dict[str, Any] = {}
+        for sink, state, n, last in conn.execute(
+                "SELECT sink, state, COUNT(*), MAX(COALESCE(sent_at, created_at)) FROM "
+                "notify_outbox GROUP BY sink, state"):
+            sinks.setdefault(sink, {})[state] = {"count": n, "last_at": last}
+        for sink, err in conn.execute("SELECT sink, last_error FROM notify_sinks"):
+            sinks.setdefault(sink, {})["last_error"] = err
     finally:
         conn.close()
     if args.json:
-        print(json.dumps({"alerts": alerts, "silences": silences}))
+        print(json.dumps({"alerts": alerts, "silences": silences, "outbox": sinks}))
         return 0
     if not alerts:
         print("no alerts")
@@ -79,6 +95,14 @@ def run_alerts(args: argparse.Namespace) -> int:
         for n in a["notifications"]:
             err = f" ({n['last_error']})" if n["last_error"] else ""
             print(f"    {n['sink']:12} {n['reason']:8} {n['state']}{err}")
+    for name, d in sorted(sinks.items()):
+        sent = d.get("sent", {})
+        last = (time.strftime("%H:%M:%S UTC", time.gmtime(sent["last_at"]))
+                if sent.get("last_at") else "never")
+        line = (f"sink {name}: {sent.get('count', 0)} delivered (last {last}), "
+                f"{d.get('pending', {}).get('count', 0)} pending, "
+                f"{d.get('failed', {}).get('count', 0)} undeliverable")
+        print(line + (f"; last error: {d['last_error']}" if d.get("last_error") else ""))
     for s in silences:
         until = time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime(s["ends_at"]))
         print(f"silence {s['id']}: until {until} {s['comment']}")

@@ -188,18 +188,30 @@ def _kinds(v: Any, where: str, allowed: tuple[str, ...], what: str) -> frozenset
 
 
 def _sinks(data: Any, at: Any) -> tuple[SinkSpec, ...]:
-    if not isinstance(data, dict):
-        raise InputError(f"{at('sinks')}: must map sink names to {{type: …, …}}")
-    out = []
-    for name, spec in data.items():
-        where = at("sinks", str(name))
-        if not isinstance(spec, dict) or "type" not in spec:
-            raise InputError(f"{where}: needs a type ({', '.join(SINK_TYPES)})")
+    """DESIGN.md's list ``[{name: slack, type: slack, …}, …]``, or a mapping name -> spec."""
+    if isinstance(data, dict):
+        items = [({**spec, "name": name} if isinstance(spec, dict) else spec, ("sinks", str(name)))
+                 for name, spec in data.items()]
+    elif isinstance(data, list):
+        items = [(spec, ("sinks", str(i))) for i, spec in enumerate(data)]
+    else:
+        raise InputError(f"{at('sinks')}: must be a list of {{name: …, type: …, …}}")
+    out, seen = [], set()
+    for spec, keys in items:
+        where = at(*keys)
+        if not isinstance(spec, dict) or "type" not in spec or "name" not in spec:
+            raise InputError(f"{where}: a sink is {{name: NAME, type: "
+                             f"{'|'.join(SINK_TYPES)}, …}}")
+        name = str(spec["name"])
+        if name in seen:
+            raise InputError(f"{where}: sink name {name!r} is used twice")
+        seen.add(name)
         if spec["type"] not in SINK_TYPES:
-            raise InputError(f"{at('sinks', str(name), 'type')}: unknown sink type "
-                             f"{spec['type']!r} (one of: {', '.join(SINK_TYPES)})")
-        opts = {k: v for k, v in spec.items() if k != "type"}
-        out.append(SinkSpec(str(name), spec["type"], opts, where))
+            raise InputError(f"{at(*keys, 'type')}: unknown sink type {spec['type']!r} "
+                             f"(one of: {', '.join(SINK_TYPES)})")
+        opts = {k: v for k, v in spec.items() if k not in ("type", "name")}
+        prefix = where.rsplit(": notify", 1)[0]  # file:line of this sink's entry
+        out.append(SinkSpec(name, spec["type"], opts, f"{prefix}: notify.sinks.{name}"))
     return tuple(out)
 
 
@@ -209,10 +221,12 @@ def _routes(data: Any, names: set[str], at: Any) -> tuple[Route, ...]:
     out = []
     for i, r in enumerate(data):
         where = at("routes", str(i))
+        if isinstance(r, dict) and isinstance(r.get("match"), dict):
+            r = {**{k: v for k, v in r.items() if k != "match"}, **r["match"]}
         if not isinstance(r, dict) or "sinks" not in r or set(r) - {
                 "severity", "kind", "sinks", "continue"}:
-            raise InputError(f"{where}: a route is {{severity: …, kind: …, sinks: [NAME, …], "
-                             "continue: false}}")
+            raise InputError(f"{where}: a route is {{match: {{severity: …, kind: …}}, sinks: "
+                             "[NAME, …], continue: false}}")
         sinks = [r["sinks"]] if isinstance(r["sinks"], str) else r["sinks"]
         for s in sinks:
             if s not in names:

@@ -28,6 +28,10 @@ def secret(options: dict[str, Any], key: str, where: str, *, required: bool = Tr
     if file:
         p = Path(str(file)).expanduser()
         try:
+            mode = p.stat().st_mode
+            if mode & 0o077:
+                raise InputError(f"{where}.{key}_file: {p} is readable by others (mode "
+                                 f"{mode & 0o777:o}); make it 0600, owned by the service's user")
             value = p.read_text(encoding="utf-8").strip()
         except OSError as e:
             raise InputError(f"{where}.{key}_file: cannot read {p}: {e.strerror or e}") from None

@@ -135,7 +135,9 @@ def from_config(name: str, options: dict[str, Any], where: str) -> PagerDutySink
     check_keys(options, {"routing_key", "routing_key_env", "routing_key_file", "url",
                          "timeout", "ca_file"}, where)
     key = secret(options, "routing_key", where)
-    url = options.get("url")
+    url = options.get("url")  # the enqueue URL (DESIGN.md), e.g. a relay's
+    if url is not None:
+        url = str(url).rstrip("/").removesuffix("/v2/enqueue")
     if url is not None and not str(url).startswith("https://"):
         raise InputError(f"{where}.url: must be an https:// URL (PagerDuty's client refuses "
                          "anything else)")

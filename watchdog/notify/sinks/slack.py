@@ -156,8 +156,7 @@ def _slack_error(e: Exception, memory: dict[str, Any]) -> Result:
 
 def from_config(name: str, options: dict[str, Any], where: str) -> SlackSink:
     check_keys(options, {"token", "token_env", "token_file", "channel", "webhook_url",
-                         "webhook_url_env",
-                         "webhook_url_file", "base_url", "timeout"}, where)
+                         "webhook_url_env", "webhook_url_file", "api_url", "timeout"}, where)
     timeout = int(options.get("timeout", 10))
     from slack_sdk.http_retry.builtin_handlers import ConnectionErrorRetryHandler
 
@@ -176,7 +175,7 @@ def from_config(name: str, options: dict[str, Any], where: str) -> SlackSink:
         raise InputError(f"{where}: needs channel (e.g. \"#gpu-alerts\" or a channel id)")
     from slack_sdk import WebClient
 
-    base = str(options.get("base_url", "https://slack.com/api/"))
+    base = str(options.get("api_url", "https://slack.com/api/"))
     client = WebClient(token=token, base_url=base if base.endswith("/") else base + "/",
                        timeout=timeout, retry_handlers=retry)
     return SlackSink(name, channel, client)

@@ -1,15 +1,20 @@
-"""``type: webhook``: one JSON POST per notification to any HTTP endpoint.
+"""``type: webhook``: one JSON POST per notification, in Alertmanager's webhook shape.
 
-Body: ``{"version": 1, "id", "reason", "group_key", "status": "firing"|"resolved",
-"title", "text", "changed": [fingerprints], "alerts": [incident objects]}``. The ``id`` is
-stable across retries, so a receiver can drop repeats. 2xx is delivered; 408, 429 and 5xx
-are retried (``Retry-After`` honoured); any other 4xx is undeliverable.
+The body is what an Alertmanager webhook receiver expects (``version: "4"``, ``groupKey``,
+``status``, ``receiver``, ``groupLabels``, ``commonLabels``, ``commonAnnotations``,
+``alerts`` with ``labels``, ``annotations``, ``startsAt``, ``endsAt``, ``fingerprint``), so
+existing receivers work unchanged, plus our own fields: ``id`` (stable across retries, so a
+receiver can drop repeats), ``reason``, ``title``, ``text`` (ready to show), ``changed``
+and, per alert, the full ``incident``. 2xx is delivered; 408, 429 and 5xx are retried
+(``Retry-After`` honoured); any other 4xx is undeliverable. Error messages name the host
+only, never the URL's path or query (a webhook URL often is the secret).
 """
 
 from __future__ import annotations
 
 import json
 import urllib.error
+import urllib.parse
 import urllib.request
 from dataclasses import dataclass
 from typing import Any
@@ -20,12 +25,30 @@ from watchdog.notify.base import Notification, Result, Retry
 from watchdog.notify.sinks.common import by_status, check_keys, secret
 
 
-def body(n: Notification) -> dict[str, Any]:
+def body(n: Notification, receiver: str = "webhook") -> dict[str, Any]:
+    from watchdog.notify.sinks.alertmanager import am_alert
+
     firing = any(a.status == "firing" for a in n.alerts)
-    return {"version": 1, "id": n.id, "reason": n.reason, "group_key": n.group_key,
-            "status": "firing" if firing else "resolved", "title": render.title(n),
-            "text": render.as_text(n), "changed": list(n.changed),
-            "alerts": [render.jsonable_alert(a) for a in n.alerts]}
+    alerts = []
+    for a in n.alerts:
+        d = am_alert(a, n.created_at)
+        d.update(status=a.status, fingerprint=a.fingerprint, generatorURL="",
+                 endsAt=d.get("endsAt") or "0001-01-01T00:00:00Z",
+                 incident=render.jsonable_alert(a))
+        alerts.append(d)
+    labels = [x["labels"] for x in alerts]
+    common = {k: v for k, v in labels[0].items() if all(x.get(k) == v for x in labels)} \
+        if labels else {}
+    anns = [x["annotations"] for x in alerts]
+    common_ann = {k: v for k, v in anns[0].items() if all(x.get(k) == v for x in anns)} \
+        if anns else {}
+    host = n.alerts[0].host if n.alerts else n.group_key
+    return {"version": "4", "groupKey": n.group_key, "truncatedAlerts": 0,
+            "status": "firing" if firing else "resolved", "receiver": receiver,
+            "groupLabels": {"host": host}, "commonLabels": common,
+            "commonAnnotations": common_ann, "externalURL": "", "alerts": alerts,
+            "id": n.id, "reason": n.reason, "group_key": n.group_key,
+            "title": render.title(n), "text": render.as_text(n), "changed": list(n.changed)}
 
 
 def post_json(url: str, payload: Any, headers: dict[str, str], timeout: float,
@@ -42,7 +65,8 @@ def post_json(url: str, payload: Any, headers: dict[str, str], timeout: float,
         return by_status(e.code, text, e.headers, memory)
     except (urllib.error.URLError, TimeoutError, ConnectionError, OSError) as e:
         reason = getattr(e, "reason", e)
-        return Retry(f"cannot reach {url.split('?')[0]}: {reason}", None, memory or {})
+        host = urllib.parse.urlsplit(url).netloc.rsplit("@", 1)[-1]
+        return Retry(f"cannot reach {host}: {reason}", None, memory or {})
 
 
 @dataclass
@@ -56,7 +80,7 @@ class WebhookSink:
     resend_interval: float | None = None
 
     def send(self, n: Notification, memory: dict[str, Any]) -> Result:
-        return post_json(self.url, body(n), self.headers, self.timeout, memory)
+        return post_json(self.url, body(n, self.name), self.headers, self.timeout, memory)
 
     def close(self) -> None:
         return None
