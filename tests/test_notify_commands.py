@@ -96,17 +96,18 @@ def test_run_refuses_a_sink_whose_secret_is_missing(tmp_path: Path) -> None:
     assert "Traceback" not in r.stderr
 
 
-def test_the_example_configs_notify_block_is_valid(tmp_path: Path,
-                                                   monkeypatch: pytest.MonkeyPatch) -> None:
+def test_the_example_configs_notify_block_is_valid(tmp_path: Path) -> None:
     text = (REPO / "config" / "watchdog.yaml").read_text()
     block = text[text.index("# notify:"):]
     lines = [re.sub(r"^# ?", "", x) for x in block.splitlines() if x.startswith("#")]
-    key = tmp_path / "pagerduty.key"
-    key.write_text("k" * 32)
-    key.chmod(0o600)
+    text = "\n".join(lines) + "\n"
+    for name in ("pd-key", "slack-token"):
+        f = tmp_path / name
+        f.write_text("k" * 32)
+        f.chmod(0o600)
+        text = text.replace(f"/etc/nvml-watchdog/{name}", str(f))
     cfg = tmp_path / "w.yaml"
-    cfg.write_text("\n".join(lines).replace("/etc/nvml-watchdog/pagerduty.key", str(key)) + "\n")
-    monkeypatch.setenv("SLACK_BOT_TOKEN", "xoxb-x")
+    cfg.write_text(text)
     c = config.load(cfg)
     sinks = build_sinks(c.notify)
     assert sorted(sinks) == ["alertmanager", "pagerduty", "slack"]
