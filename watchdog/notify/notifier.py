@@ -39,15 +39,18 @@ class Notifier:
 
     def __init__(self, cfg: NotifyConfig, connect: Callable[[], Any], clock: Callable[[], float],
                  host: str | None, rule_info: RuleInfo, sinks: dict[str, Any] | None = None,
-                 start: bool = True) -> None:
+                 start: bool = True, wall: Callable[[], float] = time.time,
+                 speed: float = 1.0) -> None:
         self.cfg = cfg
         self._connect = connect
         self.clock = clock
         self.sinks = build_sinks(cfg) if sinks is None else sinks
         self.policy = Policy(cfg, connect(), host, rule_info, clock())
         self.events: queue.Queue[tuple[str, str, str]] = queue.Queue()
-        self.workers = {name: Worker(s, connect, self.events, cfg.sink_fail_after)
-                        for name, s in self.sinks.items()}
+        self.wall = wall
+        self.workers_speed = speed
+        self.workers = {name: Worker(s, connect, self.events, cfg.sink_fail_after, wall,
+                                     speed=speed) for name, s in self.sinks.items()}
         self._status: dict[str, Any] = {}
         self._status_at = -1e18
         self.problems: list[str] = []
@@ -98,7 +101,8 @@ class Notifier:
                 # rows that become due before the drain time is up are waited for
                 left_s = end - time.monotonic()
                 due = conn.execute("SELECT COUNT(*) FROM notify_outbox WHERE state = 'pending' "
-                                   "AND next_at <= ?", (time.time() + left_s,)).fetchone()[0]
+                                   "AND next_at <= ?", (self.wall() + left_s * self.workers_speed,
+                                                        )).fetchone()[0]
                 if left == 0 or (due == 0 and not any(w.busy.is_set()
                                                      for w in self.workers.values())):
                     break
