@@ -304,7 +304,8 @@ def test_a_real_alertmanager_receives_fires_and_resolves(alertmanager: str) -> N
     assert len(got) == 1
     labels = got[0]["labels"]
     assert labels["alertname"] == "comm_hang" and labels["fingerprint"] == "fp1"
-    assert labels["host"] == "node7" and labels["gpus"] == "0,1"
+    assert labels["host"] == "node7" and "gpus" not in labels  # labels never change
+    assert got[0]["annotations"]["gpus"] == "0,1"
     assert "job looks hung" in got[0]["annotations"]["summary"]
     resolved_alert = replace(live, status="resolved", resolved_at=now - 1)
     resolved = Notification(id="n2", sink="am", group_key="g", reason="resolved",

@@ -12,11 +12,14 @@ from typing import Any
 
 from watchdog.notify.base import Alert, Notification
 
-#: Evidence keys worth showing, with units, in this order (the rest are left out).
-_EVIDENCE_UNITS = {
-    "util": "%", "power": "W", "busy_w": "W", "idle_w": "W", "temp": "C", "mem_temp": "C",
-    "sm_clock_pct": "% of max clock", "mem_pct": "% memory", "xid": "", "code": "",
-    "sm_activity": "% SM activity", "learned_longest_s": "s longest legitimate wait",
+#: Evidence keys in words a person reads at 3 a.m., with units (others: key as written).
+_EVIDENCE = {
+    "util": ("utilization", "%"), "power": ("power", "W"), "busy_w": ("normal busy power", "W"),
+    "idle_w": ("idle power", "W"), "temp": ("temperature", "C"),
+    "mem_temp": ("HBM temperature", "C"), "sm_clock_pct": ("SM clock", "% of max"),
+    "mem_pct": ("memory used", "%"), "sm_activity": ("SM activity", "%"),
+    "learned_longest_s": ("longest normal wait", "s"), "xid": ("XID", ""),
+    "code": ("code", ""),
 }
 
 
@@ -65,17 +68,17 @@ def headline(a: Alert, now: float | None = None) -> str:
 
 
 def evidence(a: Alert, limit: int = 6) -> str:
-    """The numbers the rule decided on, with units: ``power 105 W · util 100 %``."""
+    """The numbers the rule decided on, in words: ``utilization 100 % · power 105 W``."""
     out = []
     for k, v in a.evidence.items():
         if len(out) >= limit:
             break
         if isinstance(v, bool) or v is None or isinstance(v, dict | list):
             continue
-        unit = _EVIDENCE_UNITS.get(k, "")
+        label, unit = _EVIDENCE.get(k, (k.replace("_", " "), ""))
         val = f"{v:.0f}" if isinstance(v, float) and abs(v) >= 10 else (
             f"{v:.2g}" if isinstance(v, float) else str(v))
-        out.append(f"{k} {val}{(' ' + unit) if unit else ''}")
+        out.append(f"{label} {val}{(' ' + unit) if unit else ''}")
     return " · ".join(out)
 
 

@@ -1,12 +1,12 @@
 """``type: alertmanager``: post alerts to Prometheus Alertmanager's API v2.
 
 Every notification posts the group's alerts to ``POST /api/v2/alerts``: labels
-``alertname`` (the kind), ``severity``, ``host``/``instance``, ``gpus``, ``rule`` and
-``fingerprint`` (fixed for the incident's life, so Alertmanager sees one alert even as GPUs
-join); ``endsAt`` once resolved. Alertmanager forgets a firing alert that is not re-sent
-within its ``resolve_timeout`` (5 min by default), so firing groups are re-posted every
-``resend_interval`` (default 60 s). Alertmanager then does its own grouping, routing and
-silencing for the fleet.
+``alertname`` (the kind), ``severity``, ``host``/``instance``, ``rule`` and ``fingerprint``
+(fixed for the incident's life, so Alertmanager sees one alert even as GPUs join: the GPU
+list is an annotation); ``endsAt`` once resolved. Alertmanager forgets a firing alert
+that is not re-sent within its ``resolve_timeout`` (5 min by default), so firing groups
+are re-posted every ``resend_interval`` (default 60 s). Alertmanager then does its own
+grouping, routing and silencing for the fleet.
 """
 
 from __future__ import annotations
@@ -24,12 +24,16 @@ from watchdog.units import parse_duration
 
 
 def am_alert(a: Alert, now: float | None = None) -> dict[str, Any]:
+    # Alertmanager identifies an alert by its whole label set: the GPU list, which grows
+    # while a node-level incident lives, is an annotation, or a GPU joining would leave a
+    # stale copy firing until resolve_timeout.
     labels = {"alertname": a.kind, "severity": a.severity, "host": a.host,
-              "instance": a.host, "gpus": ",".join(a.gpus) or "node", "rule": a.rule,
-              "fingerprint": a.fingerprint, "source": "nvml-watchdog"}
+              "instance": a.host, "rule": a.rule, "fingerprint": a.fingerprint,
+              "source": "nvml-watchdog"}
     if a.job_id:
         labels["job_id"] = a.job_id
-    ann = {"summary": a.summary, "title": render.headline(a, now)}
+    ann = {"summary": a.summary, "title": render.headline(a, now),
+           "gpus": ",".join(a.gpus) or "node"}
     ev = render.evidence(a)
     if ev:
         ann["evidence"] = ev

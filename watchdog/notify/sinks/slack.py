@@ -38,10 +38,12 @@ def _cut(text: str, limit: int) -> str:
     return text if len(text) <= limit else text[: limit - 1] + "…"
 
 
-def alert_block(a: Alert, now: float) -> dict[str, Any]:
-    """One alert as a section: bold headline, the summary, then the numbers in italics."""
+def alert_block(a: Alert, now: float, headline: bool = True) -> dict[str, Any]:
+    """One alert as a section: bold headline (left out when the message's header already
+    says it), the summary, then the numbers in italics."""
     icon = ":white_check_mark:" if a.status == "resolved" else _ICON.get(a.severity, "")
-    lines = [f"{icon} *{render.headline(a, now)}*", a.summary]
+    lines = [f"{icon} *{render.headline(a, now)}*"] if headline else []
+    lines.append(a.summary)
     ev = render.evidence(a)
     if ev:
         lines.append(f"_{ev}_")
@@ -79,7 +81,8 @@ def render_blocks(n: Notification, now: float | None = None) -> dict[str, Any]:
         {"type": "header", "text": {"type": "plain_text", "text": _cut(title, HEADER_MAX)}}]
     shown = n.alerts[: (MAX_BLOCKS - 2) // 3]
     for a in shown:
-        blocks += [alert_block(a, now), context_block(a), {"type": "divider"}]
+        blocks += [alert_block(a, now, headline=len(n.alerts) > 1), context_block(a),
+                   {"type": "divider"}]
     if len(n.alerts) > len(shown):
         blocks.append({"type": "context", "elements": [{"type": "mrkdwn", "text": (
             f"+{len(n.alerts) - len(shown)} more alerts: `watchdog alerts` on the node")}]})
