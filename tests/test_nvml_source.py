@@ -103,12 +103,18 @@ def test_counters_advance_and_violation_ns_to_s(source, clock):
 def test_slow_group_read_every_slow_interval_and_carried_between(source, fake, clock):
     first = source.sample(clock.now())[0]
     assert fake.calls["nvmlDeviceGetPcieThroughput"] == 16  # 2 per GPU
+    after_first = dict(fake.calls)
     for _ in range(9):  # 9 more ticks at 1 Hz: inside the 10 s slow interval
         clock.advance(1.0)
         later = source.sample(clock.now())[0]
     assert fake.calls["nvmlDeviceGetPcieThroughput"] == 16
     assert fake.calls["nvmlDeviceGetViolationStatus"] == 32
+    assert fake.calls["nvmlDeviceGetEnforcedPowerLimit"] == \
+        after_first["nvmlDeviceGetEnforcedPowerLimit"]
+    assert fake.calls["nvmlDeviceGetClockInfo"] == \
+        after_first["nvmlDeviceGetClockInfo"] + 9 * 8 * 2  # SM and memory; graphics is slow
     assert fake.calls["nvmlDeviceGetUtilizationRates"] == 80  # fast reads every tick
+    assert later.values["enforced.power.limit"] == first.values["enforced.power.limit"]
     assert later.values["violation.sync_boost"] == first.values["violation.sync_boost"]
     assert later.values["pcie.tx_throughput"] == first.values["pcie.tx_throughput"]
     assert later.values["energy.total"] > first.values["energy.total"]

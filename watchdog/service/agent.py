@@ -86,9 +86,11 @@ class Agent:
 
 def _detector_factory(rules: Any, pipeline: Any) -> Any:
     from watchdog.detect import Detector
+    from watchdog.detect.engine import LIVE_TICK_BATCH_S
 
     def make(source: Any) -> Any:
-        return Detector(rules, host=pipeline.host or source.host, devices=source.devices())
+        return Detector(rules, host=pipeline.host or source.host, devices=source.devices(),
+                        tick_batch_s=LIVE_TICK_BATCH_S)
 
     return make
 

@@ -138,12 +138,9 @@ class DeviceReader:
         v["utilization.memory"] = float(util.memory) if util is not None else None
         self._memory(v)
         v["power.draw"] = _scaled(self.call("power.draw", "nvmlDeviceGetPowerUsage"), 1e-3)
-        v["enforced.power.limit"] = _scaled(
-            self.call("enforced.power.limit", "nvmlDeviceGetEnforcedPowerLimit"), 1e-3)
         v["temperature.gpu"] = _scaled(self.call(
             "temperature.gpu", "nvmlDeviceGetTemperature", nv.NVML_TEMPERATURE_GPU), 1.0)
-        v["fan.speed"] = _scaled(self.call("fan.speed", "nvmlDeviceGetFanSpeed"), 1.0)
-        for name, clock in (("clocks.sm", 1), ("clocks.mem", 2), ("clocks.gr", 0)):
+        for name, clock in (("clocks.sm", 1), ("clocks.mem", 2)):
             v[name] = _scaled(self.call(name, "nvmlDeviceGetClockInfo", clock), 1.0)
         v["clocks_event_reasons.active"] = self._reasons()
         v["pstate"] = _scaled(self.call("pstate", "nvmlDeviceGetPerformanceState"), 1.0)
@@ -164,15 +161,22 @@ class DeviceReader:
         return v, procs
 
     def _slow(self) -> dict[str, float | None]:
-        """The slow group: 8 calls no rule needs every tick, read on their own schedule.
+        """The slow group: 11 calls no rule needs every tick, read on their own schedule.
 
         Violation times (cumulative ns counters: a later read loses nothing), retired-page
         counts (cumulative; the ecc rule's urgent signals, pending retirements and remaps,
-        come every tick from the field values) and PCIe throughput (a 20 ms sample inside
-        the driver that blocks about 8 ms per call on an H100, two calls per GPU).
+        come every tick from the field values), PCIe throughput (a 20 ms sample inside
+        the driver that blocks about 8 ms per call on an H100, two calls per GPU), the
+        enforced power limit (changed only by an operator or a power-capping policy; the
+        rules compare power to it over windows of tens of seconds), the fan speed and the
+        graphics clock (no rule reads them; ``clocks.sm`` is read every tick).
         """
         nv = self.nv
         v: dict[str, float | None] = {}
+        v["enforced.power.limit"] = _scaled(
+            self.call("enforced.power.limit", "nvmlDeviceGetEnforcedPowerLimit"), 1e-3)
+        v["fan.speed"] = _scaled(self.call("fan.speed", "nvmlDeviceGetFanSpeed"), 1.0)
+        v["clocks.gr"] = _scaled(self.call("clocks.gr", "nvmlDeviceGetClockInfo", 0), 1.0)
         for policy, name in VIOLATIONS:
             t = self.call(name, "nvmlDeviceGetViolationStatus", policy)
             v[name] = t.violationTime * 1e-9 if t is not None else None
