@@ -336,9 +336,9 @@ class LivePipeline:
             self._make_detector = make_detector
             if self.source is None or self.detector is None:
                 return
-            self.save()
+            self.save()  # evaluates ticks the detector still buffers (tick_batch_s)
             now = self.clock.now()
-            changes: list[tuple[str, Incident]] = []
+            changes: list[tuple[str, Incident]] = list(self.detector.drain())
             for inc in self.detector.incidents:
                 if inc.resolved_at is None:
                     inc.resolved_at = now
