@@ -304,6 +304,8 @@ class Policy:
         return out
 
     def _persist(self, queued: list[Notification], now: float, only_rows: bool = False) -> None:
+        if not queued and not self._pending_writes(now):
+            return  # nothing changed: no transaction (a COMMIT is an fsync every tick)
         wall = time.time()
         with st.transaction(self.conn):
             for n in queued:
@@ -344,6 +346,16 @@ class Policy:
                         (g, sink, gs.created_at, gs.last_sent_at,
                          json.dumps({**gs.sent, "__instance__": gs.instance})))
                     gs.dirty = False
+
+    def _pending_writes(self, now: float) -> bool:
+        """Whether any alert or group has state to write or delete."""
+        if any(a.dirty for a in self.alerts.values()):
+            return True
+        if any(gs.dirty for gs in self.groups.values()):
+            return True
+        return any(a.state == "resolved" and not [t for t in a.fires
+                                                  if now - t <= self.cfg.flap_window]
+                   for a in self.alerts.values())
 
     def _room(self, n: Notification) -> bool:
         """Bounded outbox: make room by dropping queued repeats, else refuse (counted)."""
