@@ -85,14 +85,16 @@ def test_the_rules_do_not_name_the_unnamed_faults() -> None:
 
 def _config(tmp: Path, model: str) -> Path:
     cfg = tmp / "watchdog.yaml"
-    cfg.write_text(f"source: sim:healthy\ninterval: 20s\nsim_gpus: 2\nspeed: 900\n"
+    # 300x: a 20 s tick every 67 ms of wall time, slow enough not to miss ticks on a busy
+    # CI machine (a missed tick is a missing sample, and the baseline needs 1 h of them)
+    cfg.write_text(f"source: sim:healthy\ninterval: 20s\nsim_gpus: 2\nspeed: 300\n"
                    f"state_dir: {tmp / 'state'}\nmodel: {model}\n")
     return cfg
 
 
 def test_daemon_model_auto_baselines_saves_and_reports(tmp_path: Path) -> None:
     cfg = _config(tmp_path, "{use: auto, baseline: 1h, refit: 24h}")
-    r = wd("run", "--config", str(cfg), "--duration", "150m", timeout=120)
+    r = wd("run", "--config", str(cfg), "--duration", "150m", timeout=240)
     assert r.returncode == 0, r.stderr
     assert "anomaly model fitted" in r.stderr
     assert (tmp_path / "state" / "anomaly-sim.wdm").is_file()
