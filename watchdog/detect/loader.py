@@ -352,14 +352,31 @@ def _rule(node: yaml.Node, file: str) -> Rule:
     if not isinstance(labels, dict):
         raise err("labels", "labels: expected a mapping")
     runbook = scalar("runbook")
-    if runbook is not None and not re.match(r"^https?://\S+$", runbook):
-        raise err("runbook", f"runbook {runbook!r} is not an http(s) URL")
+    if runbook is not None:
+        runbook = _runbook(runbook, file, err)
     return Rule(name=name, kind=kind, severity=severity, scope=scope, condition=condition,
                 condition_src=cond_src, for_s=for_s, learned=learned, clear=clear,
                 keep_firing_for=keep, inhibited_by=tuple(inhibited), evidence=evidence,
                 summary=summary, labels={str(k): str(v) for k, v in labels.items()},
                 runbook=runbook, file=file, line=line,
                 key_lines={k: _line(v) for k, v in fields.items()})
+
+
+def _runbook(value: str, file: str, err: Any) -> str:
+    """A rule's ``runbook:``: an http(s) URL as written, or a file path relative to the
+    rule file (the shipped rules name ``../docs/runbooks/KIND.md``, which the wheel carries
+    too), returned absolute so that a page quoting it can be followed on the node. A path
+    that names no file is an error here rather than a dead link in a page at 3 a.m."""
+    if re.match(r"^https?://\S+$", value):
+        return value
+    if "://" in value or not value.strip() or any(c.isspace() for c in value):
+        raise err("runbook", f"runbook {value!r} is neither an http(s) URL nor a file path")
+    base = Path(file).parent if file != "<memory>" else Path.cwd()
+    path = (base / value).resolve()
+    if not path.is_file():
+        raise err("runbook", f"runbook {value!r}: no such file {path} (a path is relative "
+                  "to the rule file)")
+    return str(path)
 
 
 def _parse_learned(args: str) -> Learned:
