@@ -194,3 +194,14 @@ def test_the_service_user_exists_in_the_scratch_root(installed: dict[str, object
     root = installed["root"]
     assert isinstance(root, Path)
     assert re.search(r"^nvml-watchdog:x:\d+:\d+:", (root / "etc/passwd").read_text(), re.M)
+
+
+def test_the_readme_install_block_is_the_guides(installed: dict[str, object]) -> None:
+    """The README's short version runs nothing the guide (run above) does not."""
+    readme = (REPO / "README.md").read_text()
+    block = readme.split("## Install as a service", 1)[1].split("```bash\n", 1)[1]
+    lines = [ln.strip() for ln in block.split("```", 1)[0].splitlines() if ln.strip()]
+    assert len(lines) >= 10
+    guide = commands()
+    for ln in lines:
+        assert ln in guide, f"README install line not in docs/install.md: {ln}"
