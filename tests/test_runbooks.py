@@ -138,3 +138,11 @@ def test_runbook_commands_run(tmp_path: Path) -> None:
         r = subprocess.run([sys.executable, "-m", *args], capture_output=True, text=True,
                            env=env, timeout=60)
         assert r.returncode == 0 and "Traceback" not in r.stderr, f"{c}: {r.stderr}"
+
+
+def test_a_shipped_rule_copied_elsewhere_keeps_its_runbook(tmp_path: Path) -> None:
+    """An operator copies rules/memory.yaml to /etc to edit a threshold."""
+    f = tmp_path / "memory.yaml"
+    f.write_text((REPO / "rules" / "memory.yaml").read_text())
+    (rule,) = load_rules([f])
+    assert Path(rule.runbook or "") == RUNBOOKS / "memory_pressure.md"

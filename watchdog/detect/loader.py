@@ -363,20 +363,24 @@ def _rule(node: yaml.Node, file: str) -> Rule:
 
 
 def _runbook(value: str, file: str, err: Any) -> str:
-    """A rule's ``runbook:``: an http(s) URL as written, or a file path relative to the
-    rule file (the shipped rules name ``../docs/runbooks/KIND.md``, which the wheel carries
-    too), returned absolute so that a page quoting it can be followed on the node. A path
-    that names no file is an error here rather than a dead link in a page at 3 a.m."""
+    """A rule's ``runbook:``: an http(s) URL as written, or a file path, returned absolute
+    so that a page quoting it can be followed on the node.
+
+    A relative path is looked up beside the rule file, then beside the shipped rules: the
+    shipped rules name ``../docs/runbooks/KIND.md`` (the wheel carries the pages too), and
+    a shipped rule file copied elsewhere to edit a threshold keeps its runbook. A path
+    found in neither place is an error here rather than a dead link in a page at 3 a.m."""
     if re.match(r"^https?://\S+$", value):
         return value
     if "://" in value or not value.strip() or any(c.isspace() for c in value):
         raise err("runbook", f"runbook {value!r} is neither an http(s) URL nor a file path")
-    base = Path(file).parent if file != "<memory>" else Path.cwd()
-    path = (base / value).resolve()
-    if not path.is_file():
-        raise err("runbook", f"runbook {value!r}: no such file {path} (a path is relative "
-                  "to the rule file)")
-    return str(path)
+    bases = [Path(file).parent if file != "<memory>" else Path.cwd(), default_rules_dir()]
+    for base in bases:
+        path = (base / value).resolve()
+        if path.is_file():
+            return str(path)
+    raise err("runbook", f"runbook {value!r}: no such file {(bases[0] / value).resolve()} "
+              "(a path is relative to the rule file, or to the shipped rules)")
 
 
 def _parse_learned(args: str) -> Learned:
