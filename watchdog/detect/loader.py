@@ -352,14 +352,35 @@ def _rule(node: yaml.Node, file: str) -> Rule:
     if not isinstance(labels, dict):
         raise err("labels", "labels: expected a mapping")
     runbook = scalar("runbook")
-    if runbook is not None and not re.match(r"^https?://\S+$", runbook):
-        raise err("runbook", f"runbook {runbook!r} is not an http(s) URL")
+    if runbook is not None:
+        runbook = _runbook(runbook, file, err)
     return Rule(name=name, kind=kind, severity=severity, scope=scope, condition=condition,
                 condition_src=cond_src, for_s=for_s, learned=learned, clear=clear,
                 keep_firing_for=keep, inhibited_by=tuple(inhibited), evidence=evidence,
                 summary=summary, labels={str(k): str(v) for k, v in labels.items()},
                 runbook=runbook, file=file, line=line,
                 key_lines={k: _line(v) for k, v in fields.items()})
+
+
+def _runbook(value: str, file: str, err: Any) -> str:
+    """A rule's ``runbook:``: an http(s) URL as written, or a file path, returned absolute
+    so that a page quoting it can be followed on the node.
+
+    A relative path is looked up beside the rule file, then beside the shipped rules: the
+    shipped rules name ``../docs/runbooks/KIND.md`` (the wheel carries the pages too), and
+    a shipped rule file copied elsewhere to edit a threshold keeps its runbook. A path
+    found in neither place is an error here rather than a dead link in a page at 3 a.m."""
+    if re.match(r"^https?://\S+$", value):
+        return value
+    if "://" in value or not value.strip() or any(c.isspace() for c in value):
+        raise err("runbook", f"runbook {value!r} is neither an http(s) URL nor a file path")
+    bases = [Path(file).parent if file != "<memory>" else Path.cwd(), default_rules_dir()]
+    for base in bases:
+        path = (base / value).resolve()
+        if path.is_file():
+            return str(path)
+    raise err("runbook", f"runbook {value!r}: no such file {(bases[0] / value).resolve()} "
+              "(a path is relative to the rule file, or to the shipped rules)")
 
 
 def _parse_learned(args: str) -> Learned:
