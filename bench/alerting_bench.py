@@ -239,9 +239,24 @@ def _pages(pd: Service, slack: Service, fired: int, resolved: int) -> dict[str, 
     res = {a["dedup_key"] for a in pd.accepted if a.get("event_action") == "resolve"}
     posts = [a for a in slack.accepted if a["path"].endswith("chat.postMessage")
              and not a.get("thread_ts")]
+    # A trigger repeated for a dedup_key whose resolve PagerDuty has not seen yet lands
+    # on the same open incident (no second page): counted as "repeated", not "dup". A
+    # trigger after that key's resolve would re-open it: that is a duplicate page.
+    dup, repeated, closed = 0, 0, set()
+    seen: set[str] = set()
+    for a in pd.accepted:
+        k = a.get("dedup_key", "")
+        if a.get("event_action") == "resolve":
+            closed.add(k)
+        elif a.get("event_action") == "trigger":
+            if k in closed:
+                dup += 1
+            elif k in seen:
+                repeated += 1
+            seen.add(k)
     return {"expected": fired + resolved, "sent": len(set(trig)) + len(res),
             "lost": max(0, fired - len(set(trig))) + max(0, resolved - len(res)),
-            "dup": len(trig) - len(set(trig)), "early": pd.early + slack.early,
+            "dup": dup, "repeated": repeated, "early": pd.early + slack.early,
             "slack_messages": len(posts)}
 
 
@@ -381,7 +396,8 @@ def main() -> int:
     ok &= good
     print(f"{f'kill -9 x{args.kills}, restart each time':40} {r['expected']:>8} {r['sent']:>5} "
           f"{r['lost']:>5} {r['dup']:>4} {r['early']:>6}  {'ok' if good else 'FAIL'}  "
-          f"(extra Slack messages: {r['extra_slack']}, allowed {args.kills})")
+          f"(extra Slack messages: {r['extra_slack']}, allowed {args.kills}; PagerDuty "
+          f"triggers repeated on an open incident: {r['repeated']})")
     print(f"budget (0 lost, 0 duplicated, 0 early, flapping <= 2): {'PASS' if ok else 'FAIL'}")
     return 0 if ok else 1
 

@@ -34,7 +34,7 @@ def main(argv: list[str]) -> int:
         key.write_text("k" * 32)
         key.chmod(0o600)
     progress = sd / "progress"
-    t_start = float(progress.read_text()) if progress.exists() else 0.0
+    t_start = float(progress.read_text() or 0.0) if progress.exists() else 0.0
     m0 = time.monotonic()
 
     def sim() -> float:
@@ -66,7 +66,9 @@ def main(argv: list[str]) -> int:
         if changes:
             n.observe(changes)
         n.tick(now)
-        progress.write_text(f"{t:.3f}")
+        tmp = progress.with_suffix(".tmp")  # atomic: a kill mid-write leaves the old one
+        tmp.write_text(f"{t:.3f}")
+        os.replace(tmp, progress)
         if t >= END:
             break
         time.sleep(0.01)
