@@ -74,8 +74,11 @@ def proc_hwm_mb(pid: int) -> float:
 
 def measure_agent(gpus: int, duration: float, warmup: float) -> tuple[float, float, float]:
     """(CPU seconds per tick, ticks measured, peak RSS MB) of a 1 Hz ``watchdog run``."""
+    import tempfile
+
+    state = tempfile.mkdtemp(prefix="agent-bench-")  # never the user's real agent state
     cmd = fake_command(f"healthy:{gpus}", "watchdog", "run", "--source", "nvml",
-                       "--interval", "1s", "--duration", f"{duration:g}s")
+                       "--interval", "1s", "--duration", f"{duration:g}s", "--state-dir", state)
     proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
     try:
         time.sleep(warmup)
@@ -94,6 +97,9 @@ def measure_agent(gpus: int, duration: float, warmup: float) -> tuple[float, flo
         if proc.poll() is None:
             proc.kill()
             proc.wait()
+    import shutil
+
+    shutil.rmtree(state, ignore_errors=True)
     if proc.returncode != 0:
         raise SystemExit(f"agent failed (rc {proc.returncode}): {err.strip()[-400:]}")
     ticks = t1 - t0  # 1 Hz: one tick per second of the window
