@@ -210,7 +210,9 @@ def check_artifacts(cmd: str, printed: str, workdir: Path) -> None:
         first = json.loads(printed.split("\n}\n")[0] + "\n}")
         assert first["kind"] == "comm_hang" and first["gpus"]
     out = re.search(r"--output (\S+)", cmd)
-    if out:
+    if out and cmd.startswith("watchdog train"):
+        assert (workdir / out.group(1)).stat().st_size > 0
+    elif out:
         rec = workdir / out.group(1)
         p = subprocess.run([str(BIN / "watchdog"), "replay", str(rec), "--json"], cwd=workdir,
                            capture_output=True, text=True, timeout=120)
