@@ -48,6 +48,8 @@ class Runner:
              feats: np.ndarray, engaged: set[str] | frozenset[str] = frozenset(),
              scores: np.ndarray | None = None) -> list[tuple[str, Incident]]:
         """One evaluation at ``now`` of features ``(G, F)``; returns transitions."""
+        if scores is None:  # replay completes its features before scoring them all
+            feats = self.model.complete(feats, uuids)
         valid = F.valid_rows(feats[None])[0]
         if scores is None:
             scores = np.full(len(uuids), np.nan)
@@ -121,6 +123,7 @@ def replay_incidents(model: Any, grid: F.Grid, rule_incidents: Sequence[Incident
     training part of ``--model auto``)."""
     if feats is None:
         feats = F.compute(grid, model.window)
+    feats = model.complete(feats, grid.uuids)
     engaged = engaged_mask(grid.t, grid.uuids, rule_incidents)
     runner = Runner(model, host)
     every = max(1, round(every_s / grid.step))
