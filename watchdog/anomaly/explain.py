@@ -97,6 +97,13 @@ def top_features(model: Any, row: np.ndarray, n: int = TOP) -> list[dict[str, An
              "outside": round(float(out[i]), 1)} for i in order]
 
 
+def observed_vs_normal(item: dict[str, Any]) -> str:
+    """``+5.2 C (normal +0.0 C)``: one top feature as a plain string, for the incident's
+    flat evidence (the alerting code shows flat values, not the ``features`` list)."""
+    name = item["feature"]
+    return f"{_fmt(name, item['observed'])} (normal {_fmt(name, item['normal'])})"
+
+
 def _hint(name: str) -> str:
     for key, text in HINTS.items():
         if key in name:

@@ -10,6 +10,12 @@ evaluations in a row below. A GPU where any rule is pending or firing is not jud
 :class:`Runner` works on features the caller computed; :class:`LiveAnomaly` keeps the
 last window of samples for the daemon; :func:`replay_incidents` runs over a whole
 recording for ``watchdog replay --model``.
+
+What reaches people: the incident's ``summary`` is the explanation sentence (with the
+score and the persistence after it) and its ``evidence`` starts with the top features as
+flat ``feature: "observed (normal …)"`` strings, the form the alerting code
+(``watchdog.notify.render.evidence``) shows; ``evidence["features"]`` keeps them
+structured (z, distance outside the training range) for JSON readers.
 """
 
 from __future__ import annotations
@@ -95,7 +101,8 @@ class Runner:
             uuids=[uuid], started_at=started, fired_at=now, resolved_at=None, rule=RULE,
             summary=f"{text} (anomaly score {score:.2f} over {self.model.threshold:.2f} "
                     f"in {self.k} of {self.n} checks)",
-            evidence={"score": round(score, 4), "threshold": round(self.model.threshold, 4),
+            evidence={**{item["feature"]: explain.observed_vs_normal(item) for item in top},
+                      "score": round(score, 4), "threshold": round(self.model.threshold, 4),
                       "features": top, "method": "robust z against training"})
 
 
