@@ -21,5 +21,6 @@ def sim_grid(spec: str, minutes: float, gpus: int = 4, seed: int = 0,
 @functools.cache
 def healthy_model(minutes: float = 60.0, seed: int = 1) -> train.Model:
     g, feats = sim_grid("sim:healthy", minutes, seed=seed)
-    model, _ = train.fit(feats, step=g.step, t=g.t, gpu_model="NVIDIA H100 80GB HBM3")
+    model, _ = train.fit(feats, step=g.step, t=g.t, gpu_model="NVIDIA H100 80GB HBM3",
+                         uuids=g.uuids)
     return model

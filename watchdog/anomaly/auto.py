@@ -177,16 +177,17 @@ class DaemonModel:
         excl = np.stack([r[2] for r in self._rows])
         gm = self._gpu_model()
         self.state = "fitting" if self.fitted_at is None else self.state
-        self._worker = threading.Thread(target=self._fit, args=(t, feats, excl, gm, now),
-                                        name="anomaly-fit", daemon=True)
+        self._worker = threading.Thread(
+            target=self._fit, args=(t, feats, excl, gm, now, list(self._uuids)),
+            name="anomaly-fit", daemon=True)
         self._worker.start()
 
     def _fit(self, t: np.ndarray, feats: np.ndarray, excl: np.ndarray, gm: str,
-             now: float) -> None:
+             now: float, uuids: list[str]) -> None:
         """On the worker thread: fit, save, hand over (never raises)."""
         try:
             model, stats = train.fit(feats, step=EVERY_S, t=t, gpu_model=gm, exclude=excl,
-                                     stride=EVERY_S)
+                                     stride=EVERY_S, uuids=uuids)
             model.step = self.interval  # the live grid the features were computed on
             persist.save(model, self.state_file)
             log.info("anomaly model fitted on %d windows in %.1f s: threshold %.3f; saved "

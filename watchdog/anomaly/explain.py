@@ -53,6 +53,8 @@ WORDS: dict[str, tuple[str, str, float, str]] = {
     "peer_temp_drift": ("temperature against its peers, change over 10 min", " C", 1.0,
                         "+.1f"),
     "peer_util_drops": ("utilization drops against its peers", "/min", 1.0, "+.1f"),
+    "own_temp": ("temperature above its own normal at this power (beyond its peers')",
+                 " C", 1.0, "+.1f"),
 }
 HINTS = {"temp": "check the fan, airflow or coolant of this GPU",
          "power": "power does not match the work: check the board and its power delivery",
@@ -93,6 +95,13 @@ def top_features(model: Any, row: np.ndarray, n: int = TOP) -> list[dict[str, An
     return [{"feature": F.FEATURES[i], "observed": float(row[i]),
              "normal": float(model.center[i]), "z": round(float(z[i]), 1),
              "outside": round(float(out[i]), 1)} for i in order]
+
+
+def observed_vs_normal(item: dict[str, Any]) -> str:
+    """``+5.2 C (normal +0.0 C)``: one top feature as a plain string, for the incident's
+    flat evidence (the alerting code shows flat values, not the ``features`` list)."""
+    name = item["feature"]
+    return f"{_fmt(name, item['observed'])} (normal {_fmt(name, item['normal'])})"
 
 
 def _hint(name: str) -> str:

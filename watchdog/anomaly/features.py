@@ -31,6 +31,10 @@ Features (:data:`FEATURES`, order fixed by :data:`FEATURE_SCHEMA`; units in brac
 * ``peer_util_drops`` [per min]: drops of utilization by more than 10 points from one
   tick to the next, minus the peers' median (node-wide dips cancel; a GPU whose work
   comes in bursts does not).
+* ``own_temp`` [C]: the GPU's temperature against its OWN training baseline at this
+  power, beyond its peers' (see :mod:`watchdog.anomaly.baseline`). It needs the model's
+  per-GPU lines, so :func:`compute` leaves it NaN and the model fills it
+  (``Model.complete``) before scoring; schema 2 added it.
 
 Slopes are the difference between the means of the last and the first third of the
 window over the time between their centres: robust to a single odd reading and cheap
@@ -46,7 +50,7 @@ import numpy as np
 
 from watchdog import reasons as R
 
-FEATURE_SCHEMA = 1  # bump when a feature's meaning, unit or order changes
+FEATURE_SCHEMA = 2  # bump when a feature's meaning, unit or order changes
 WINDOW_S = 60.0
 LOOKBACK_S = 600.0  # history of peer_temp_drift
 FEATURES: tuple[str, ...] = (
@@ -55,7 +59,7 @@ FEATURES: tuple[str, ...] = (
     "mem_ratio", "mem_slope", "frac_idle", "frac_locked", "frac_power_cap",
     "frac_sync_boost", "frac_thermal", "frac_hw_slowdown", "peer_util", "peer_power",
     "peer_temp", "peer_sm_clock", "peer_mem_clock", "peer_sm_active", "peer_util_std",
-    "peer_temp_slope", "peer_temp_drift", "peer_util_drops")
+    "peer_temp_slope", "peer_temp_drift", "peer_util_drops", "own_temp")
 INDEX = {name: i for i, name in enumerate(FEATURES)}
 METRICS = ("utilization.gpu", "power.draw", "enforced.power.limit", "gpm.sm_activity",
            "gpm.tensor_activity", "temperature.gpu", "clocks.sm", "clocks.mem",

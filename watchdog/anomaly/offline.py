@@ -53,7 +53,7 @@ def fit_grid(grid: F.Grid, incidents: list[Incident], gpu_model: str, *,
     if until is not None:
         excl |= (grid.t >= until)[:, None]
     return train.fit(feats, step=grid.step, t=grid.t, gpu_model=gpu_model, exclude=excl,
-                     seed=seed, min_windows=min_windows)
+                     seed=seed, min_windows=min_windows, uuids=grid.uuids)
 
 
 def apply(results: list[Any], spec: str, sim_key: str | None) -> None:

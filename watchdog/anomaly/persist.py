@@ -2,7 +2,8 @@
 
 Layout: the line ``NVWD-ANOMALY-MODEL 1``, the line of the sha256 (hex) of the
 payload, then the payload: a numpy ``.npz`` of plain numeric arrays (the trees, the
-fill/centre/scale vectors) and ``meta``, a UTF-8 JSON document as bytes (feature-schema
+fill/centre/scale vectors, ``base_coef``: each GPU's own temperature-at-power line, see
+:mod:`~watchdog.anomaly.baseline`) and ``meta``, a UTF-8 JSON document as bytes (feature-schema
 version, feature names, GPU model, training span, step and window, threshold and its
 calibration). Loading checks the header, the checksum, opens the npz with
 ``allow_pickle=False`` (an object array, i.e. pickled code, is refused, never run),
@@ -45,13 +46,17 @@ def dumps(model: Model) -> bytes:
             "gpu_model": model.gpu_model, "trained_from": model.trained_from,
             "trained_to": model.trained_to, "step": model.step, "window": model.window,
             "threshold": model.threshold, "calibration": model.calibration,
-            "max_depth": model.forest.max_depth, "norm": model.forest.norm}
+            "max_depth": model.forest.max_depth, "norm": model.forest.norm,
+            "baseline_uuids": list(model.base_uuids)}
+    coef = (model.base_coef if model.base_coef is not None
+            else np.zeros((0, 2))).astype(np.float64)
     buf = io.BytesIO()
     f = model.forest
     np.savez_compressed(buf, feature=f.feature.astype(np.int32), threshold=f.threshold,
                         left=f.left.astype(np.int32), right=f.right.astype(np.int32),
                         leaf_path=f.leaf_path, fill=model.fill, center=model.center,
                         scale=model.scale, lo=model.lo, hi=model.hi, unit=model.unit,
+                        base_coef=coef,
                         meta=np.frombuffer(json.dumps(meta).encode(), dtype=np.uint8))
     payload = buf.getvalue()
     return MAGIC + hashlib.sha256(payload).hexdigest().encode() + b"\n" + payload
@@ -106,13 +111,9 @@ def loads(data: bytes, where: str = "model", gpu_model: str | None = None) -> Mo
 
 
 def _build(a: dict[str, np.ndarray], where: str, gpu_model: str | None) -> Model:
-    need = (*ARRAYS, "fill", "center", "scale", "lo", "hi", "unit", "meta")
-    missing = [k for k in need if k not in a]
-    if missing:
-        raise ModelFileError(f"{where}: missing {', '.join(missing)}")
     if any(a[k].dtype == object for k in a):
         raise ModelFileError(f"{where}: holds Python objects; refused")
-    try:
+    try:  # the schema first: an older file lacks the newer arrays
         meta = json.loads(a["meta"].astype(np.uint8).tobytes().decode())
         schema = int(meta["schema"])
     except (ValueError, KeyError, TypeError, UnicodeDecodeError):
@@ -120,6 +121,16 @@ def _build(a: dict[str, np.ndarray], where: str, gpu_model: str | None) -> Model
     if schema != F.FEATURE_SCHEMA or meta.get("features") != list(F.FEATURES):
         raise ModelFileError(f"{where}: feature schema {schema}, this watchdog uses "
                              f"{F.FEATURE_SCHEMA}: train the model again")
+    need = (*ARRAYS, "fill", "center", "scale", "lo", "hi", "unit", "base_coef")
+    missing = [k for k in need if k not in a]
+    if missing:
+        raise ModelFileError(f"{where}: missing {', '.join(missing)}")
+    base_uuids = meta.get("baseline_uuids")
+    coef = a["base_coef"]
+    if (not isinstance(base_uuids, list) or not all(isinstance(u, str) for u in base_uuids)
+            or coef.shape != (len(base_uuids), 2) or coef.dtype.kind != "f"
+            or not np.isfinite(coef).all()):
+        raise ModelFileError(f"{where}: malformed per-GPU baseline")
     mine = str(meta.get("gpu_model") or "unknown")
     if gpu_model and mine != "unknown" and gpu_model != "unknown" and mine != gpu_model:
         raise ModelFileError(f"{where}: trained on {mine}, these GPUs are {gpu_model}: "
@@ -147,7 +158,8 @@ def _build(a: dict[str, np.ndarray], where: str, gpu_model: str | None) -> Model
                       scale=a["scale"].astype(np.float64),
                       lo=a["lo"].astype(np.float64), hi=a["hi"].astype(np.float64),
                       unit=a["unit"].astype(np.float64),
-                      calibration=dict(meta.get("calibration") or {}), schema=schema)
+                      calibration=dict(meta.get("calibration") or {}), schema=schema,
+                      base_uuids=tuple(base_uuids), base_coef=coef.astype(np.float64))
     except (KeyError, TypeError, ValueError):
         raise ModelFileError(f"{where}: incomplete metadata") from None
     if not 0 < forest.max_depth <= 64 or not forest.norm > 0 or not (model.unit > 0).all():
@@ -160,4 +172,5 @@ def describe(model: Model) -> dict[str, Any]:
     return {"gpu_model": model.gpu_model, "schema": model.schema,
             "trained_from": model.trained_from, "trained_to": model.trained_to,
             "threshold": round(model.threshold, 4), "trees": int(model.forest.feature.shape[0]),
-            "windows": model.calibration.get("windows")}
+            "windows": model.calibration.get("windows"),
+            "baseline_gpus": len(model.base_uuids)}

@@ -10,6 +10,12 @@ evaluations in a row below. A GPU where any rule is pending or firing is not jud
 :class:`Runner` works on features the caller computed; :class:`LiveAnomaly` keeps the
 last window of samples for the daemon; :func:`replay_incidents` runs over a whole
 recording for ``watchdog replay --model``.
+
+What reaches people: the incident's ``summary`` is the explanation sentence (with the
+score and the persistence after it) and its ``evidence`` starts with the top features as
+flat ``feature: "observed (normal …)"`` strings, the form the alerting code
+(``watchdog.notify.render.evidence``) shows; ``evidence["features"]`` keeps them
+structured (z, distance outside the training range) for JSON readers.
 """
 
 from __future__ import annotations
@@ -48,6 +54,8 @@ class Runner:
              feats: np.ndarray, engaged: set[str] | frozenset[str] = frozenset(),
              scores: np.ndarray | None = None) -> list[tuple[str, Incident]]:
         """One evaluation at ``now`` of features ``(G, F)``; returns transitions."""
+        if scores is None:  # replay completes its features before scoring them all
+            feats = self.model.complete(feats, uuids)
         valid = F.valid_rows(feats[None])[0]
         if scores is None:
             scores = np.full(len(uuids), np.nan)
@@ -93,7 +101,8 @@ class Runner:
             uuids=[uuid], started_at=started, fired_at=now, resolved_at=None, rule=RULE,
             summary=f"{text} (anomaly score {score:.2f} over {self.model.threshold:.2f} "
                     f"in {self.k} of {self.n} checks)",
-            evidence={"score": round(score, 4), "threshold": round(self.model.threshold, 4),
+            evidence={**{item["feature"]: explain.observed_vs_normal(item) for item in top},
+                      "score": round(score, 4), "threshold": round(self.model.threshold, 4),
                       "features": top, "method": "robust z against training"})
 
 
@@ -121,6 +130,7 @@ def replay_incidents(model: Any, grid: F.Grid, rule_incidents: Sequence[Incident
     training part of ``--model auto``)."""
     if feats is None:
         feats = F.compute(grid, model.window)
+    feats = model.complete(feats, grid.uuids)
     engaged = engaged_mask(grid.t, grid.uuids, rule_incidents)
     runner = Runner(model, host)
     every = max(1, round(every_s / grid.step))

@@ -23,11 +23,13 @@
 from __future__ import annotations
 
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
 
+from watchdog.anomaly import baseline
 from watchdog.anomaly import features as F
 from watchdog.anomaly.score import Forest, from_sklearn, prepare
 
@@ -48,7 +50,7 @@ SCALE_FLOOR = {"util_mean": 2.0, "util_std": 2.0, "power_frac": 0.02, "power_slo
                "peer_util": 2.0, "peer_power": 0.02, "peer_temp": 1.0,
                "peer_sm_clock": 0.01, "peer_mem_clock": 0.01, "peer_sm_active": 2.0,
                "peer_util_std": 1.0, "peer_temp_slope": 0.5, "peer_temp_drift": 1.0,
-               "peer_util_drops": 1.0}
+               "peer_util_drops": 1.0, "own_temp": 0.5}
 
 
 @dataclass
@@ -74,6 +76,13 @@ class Model:
     calibration: dict[str, Any] = field(default_factory=dict)
     schema: int = F.FEATURE_SCHEMA
     features: tuple[str, ...] = F.FEATURES
+    base_uuids: tuple[str, ...] = ()
+    base_coef: np.ndarray | None = None
+
+    def complete(self, feats: np.ndarray, uuids: Sequence[str]) -> np.ndarray:
+        """``(..., G, F)`` features of GPUs ``uuids`` with the model-side ``own_temp``
+        filled from each GPU's own training baseline (a copy)."""
+        return baseline.complete(feats, uuids, self.base_uuids, self.base_coef)
 
     def scores(self, x: np.ndarray) -> np.ndarray:
         """Anomaly scores of feature rows ``x`` (N, F); NaN features read as normal."""
@@ -107,12 +116,30 @@ def select(feats: np.ndarray, step: float, exclude: np.ndarray | None = None,
 
 def fit(feats: np.ndarray, *, step: float, t: np.ndarray, gpu_model: str,
         exclude: np.ndarray | None = None, seed: int = 0,
-        min_windows: int = 200, stride: float = STRIDE_S) -> tuple[Model, dict[str, float]]:
+        min_windows: int = 200, stride: float = STRIDE_S,
+        uuids: Sequence[str] | None = None) -> tuple[Model, dict[str, float]]:
     """Fit on ``(T, G, F)`` features of ticks ``t``; returns the model and fit stats
-    (``fit_s``: wall seconds, ``windows``)."""
+    (``fit_s``: wall seconds, ``windows``). ``uuids`` (the GPUs' columns) lets the model
+    learn each GPU's own thermal baseline (:mod:`~watchdog.anomaly.baseline`), fitted on
+    the same first part in time as the forest, so the held-out part calibrates it too;
+    without them ``own_temp`` stays NaN (normal)."""
     from sklearn.ensemble import IsolationForest
 
     t0 = time.perf_counter()
+    base_uuids: tuple[str, ...] = ()
+    base_coef = None
+    if uuids is not None:
+        _, ti = select(feats, step, exclude, stride)
+        if len(ti):
+            tcut = np.sort(ti)[min(len(ti) - 1, int(len(ti) * (1.0 - HOLDOUT)))]
+            ok = F.valid_rows(feats) & (np.arange(len(feats)) < tcut)[:, None]
+            if exclude is not None:
+                ok &= ~exclude
+            coef = baseline.fit(feats, ok)
+            have = ~np.isnan(coef[:, 0])
+            base_uuids = tuple(u for u, h in zip(uuids, have, strict=True) if h)
+            base_coef = coef[have]
+            feats = baseline.complete(feats, uuids, base_uuids, base_coef)
     x, tick = select(feats, step, exclude, stride)
     if len(x) < min_windows:
         raise NotEnoughData(f"{len(x)} usable windows, at least {min_windows} needed")
@@ -153,7 +180,8 @@ def fit(feats: np.ndarray, *, step: float, t: np.ndarray, gpu_model: str,
                                "holdout_frac": HOLDOUT, "holdout_max": hold_max,
                                "margin": MARGIN, "windows": len(xf),
                                "fit_windows": int(cut), "trees": N_TREES,
-                               "max_samples": int(est.max_samples_)})
+                               "max_samples": int(est.max_samples_)},
+                  base_uuids=base_uuids, base_coef=base_coef)
     return model, {"fit_s": time.perf_counter() - t0, "windows": float(len(xf))}
 
 

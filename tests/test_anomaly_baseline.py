@@ -1,0 +1,100 @@
+"""The per-GPU thermal baseline (``own_temp``): hand-computed values, persistence, the
+old schema refused, and a slow warm-up on the node's hot GPU found by its own baseline."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+from anomaly_helpers import healthy_model
+from test_anomaly_model import _meta, _rewrite
+
+from watchdog.anomaly import baseline, persist, runner
+from watchdog.anomaly import features as F
+from watchdog.anomaly.offline import fit_grid
+from watchdog.detect import load_rules
+from watchdog.pipeline.replay import detect, simulate
+
+
+def _rows(temp: list[float], power: list[float], util: float = 100.0) -> np.ndarray:
+    x = np.full((1, len(temp), len(F.FEATURES)), np.nan)
+    x[0, :, F.INDEX["temp_mean"]] = temp
+    x[0, :, F.INDEX["power_frac"]] = power
+    x[0, :, F.INDEX["util_mean"]] = util
+    return x
+
+
+def test_line_fit_and_residual_by_hand() -> None:
+    # GPU 0: 30 + 40 p; GPU 1: 40 + 20 p; 50 busy windows each, power 0.5..1.0
+    p = np.linspace(0.5, 1.0, 50)
+    feats = np.concatenate([_rows([30 + 40 * v, 40 + 20 * v], [v, v]) for v in p])
+    coef = baseline.fit(feats, np.ones(feats.shape[:2], dtype=bool))
+    assert np.allclose(coef, [[30, 40], [40, 20]])
+    # on their lines: 0. A common lag (both 10 % of power behind): still 0 for both.
+    assert np.allclose(baseline.residual(_rows([62, 56], [0.8, 0.8]), coef), 0)
+    assert np.allclose(baseline.residual(_rows([66, 58], [0.8, 0.8]), coef), 0)
+    # GPU 1 alone 5 C above its line; three GPUs: the lag is the median's
+    three = np.vstack([coef, [35.0, 30.0]])
+    got = baseline.residual(_rows([62, 61, 59], [0.8, 0.8, 0.8]), three)[0]
+    assert np.allclose(got, [0, 5, 0])
+    # an unknown GPU reads NaN (normal); too few windows gives no line
+    done = baseline.complete(_rows([62, 61], [0.8, 0.8]), ["a", "z"], ["a", "b"], coef)
+    assert np.isnan(done[0, 1, F.INDEX["own_temp"]])
+    assert np.isnan(baseline.fit(feats[:10], np.ones((10, 2), dtype=bool))).all()
+
+
+def test_the_baseline_travels_in_the_model_file(tmp_path: Path) -> None:
+    model = healthy_model()
+    assert len(model.base_uuids) == 4 and model.base_coef is not None
+    assert (model.base_coef[:, 1] > 5).all()  # temperature rises with power
+    path = tmp_path / "m.wdm"
+    persist.save(model, path)
+    back = persist.load(path)
+    assert back.base_uuids == model.base_uuids
+    assert np.array_equal(back.base_coef, model.base_coef)
+
+
+def test_a_schema_1_file_is_refused_with_the_one_line_message(tmp_path: Path) -> None:
+    good = persist.dumps(healthy_model())
+
+    def old(a: dict) -> None:  # type: ignore[type-arg]
+        _meta(a, schema=1, features=list(F.FEATURES[:-1]))
+        del a["base_coef"]
+    f = tmp_path / "old.wdm"
+    f.write_bytes(_rewrite(good, old))
+    with pytest.raises(persist.ModelFileError) as e:
+        persist.load(f)
+    assert str(e.value) == (f"{f}: feature schema 1, this watchdog uses "
+                            f"{F.FEATURE_SCHEMA}: train the model again")
+
+    def bent(a: dict) -> None:  # type: ignore[type-arg]
+        a["base_coef"] = a["base_coef"][:1]
+    f.write_bytes(_rewrite(good, bent))
+    with pytest.raises(persist.ModelFileError, match="per-GPU baseline"):
+        persist.load(f)
+
+
+def test_temp_drift_on_the_hot_gpu_is_found_by_its_own_baseline() -> None:
+    """Seed 3's hot GPU is GPU 7, the drifting one: its drift stops 6 C short of the
+    throttle, 4-8 C, inside its peer offset's swings. Fitted on the node's first 100
+    minutes, the model pages on it with ``own_temp`` first; without the per-GPU lines
+    (the same forest's features but ``own_temp`` NaN) it does not."""
+    rec, src = simulate("sim:temp_drift@115m", duration=140 * 60, gpus=8, seed=3,
+                        model="a100-pcie")
+    truth = src.ground_truth()[0]
+    assert src.job.hot_gpu == 7 and truth.uuids == (src.uuids[7],)
+    incs = detect(rec, load_rules(None))
+    assert incs == []  # the rules do not name it
+    g = F.grid_from_frame(rec.frame)
+    feats = F.compute(g)
+    cut = g.t[0] + 100 * 60
+    model, _ = fit_grid(g, incs, "x", until=cut, feats=feats)
+    found, _ = runner.replay_incidents(model, g, incs, rec.host, start=cut, feats=feats)
+    assert found and all(i.uuids == [src.uuids[7]] for i in found)
+    assert found[0].fired_at >= truth.onset
+    assert found[0].evidence["features"][0]["feature"] == "own_temp"
+    assert "temperature above its own normal" in found[0].summary
+    model.base_uuids, model.base_coef = (), None  # the peers alone
+    blind, _ = runner.replay_incidents(model, g, incs, rec.host, start=cut, feats=feats)
+    assert blind == []
