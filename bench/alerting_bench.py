@@ -21,7 +21,7 @@ from watchdog.incident import Incident
 from watchdog.notify.config import NotifyConfig, SinkSpec
 from watchdog.notify.notifier import Notifier, build_sinks
 from watchdog.state import connect
-from watchdog.testing.httpserver import Reply, Request, Server
+from watchdog.testing.httpserver import Reply, Request, Server, self_signed_cert
 
 T0 = 1_800_000_000.0
 
@@ -206,16 +206,6 @@ class Service:
         return Reply(202, {"status": "success", "dedup_key": body.get("dedup_key", "")})
 
 
-def _tls(d: Path) -> tuple[str, str]:
-    import subprocess
-
-    cert, key = str(d / "c.pem"), str(d / "k.pem")
-    subprocess.run(["openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "1",
-                    "-subj", "/CN=127.0.0.1", "-addext", "subjectAltName=IP:127.0.0.1",
-                    "-keyout", key, "-out", cert], check=True, capture_output=True)
-    return cert, key
-
-
 def _real_notifier(d: Path, pd: Server, slack: Server, cert: str, clock: FastClock,
                    speed: float) -> Notifier:
     import os
@@ -263,7 +253,7 @@ def _pages(pd: Service, slack: Service, fired: int, resolved: int) -> dict[str, 
 def run_real(name: str, speed: float, body: Callable[..., tuple[int, int]]) -> dict[str, int]:
     with tempfile.TemporaryDirectory() as tmp:
         d = Path(tmp)
-        cert, key = _tls(d)
+        cert, key = self_signed_cert(d)
         clock = FastClock(speed)
         pd_svc, slack_svc = Service(clock, 120, 60.0, "pd"), Service(clock, 1, 1.0, "slack")
         with Server(handler=pd_svc, tls=(cert, key)) as pd, Server(handler=slack_svc) as sl:
@@ -322,7 +312,7 @@ def kill_9(kills: int) -> dict[str, int]:
     rng = random.Random(7)
     with tempfile.TemporaryDirectory() as tmp:
         d = Path(tmp)
-        cert, key = _tls(d)
+        cert, key = self_signed_cert(d)
         clock = FastClock(200.0)  # the servers' view of time: only for their rate limits
         pd_svc, slack_svc = Service(clock, 10_000, 60.0, "pd"), Service(clock, 10_000, 1, "slack")
         driver = [sys.executable, str(Path(__file__).with_name("alerting_kill.py")),

@@ -5,6 +5,7 @@ while the sink is down loses and doubles nothing."""
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import signal
@@ -15,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from watchdog.testing.httpserver import Reply, Request, Server
+from watchdog.testing.httpserver import Reply, Request, Server, self_signed_cert
 
 SIM = "sim:comm_hang(for=4m)@2m"
 
@@ -24,12 +25,7 @@ SIM = "sim:comm_hang(for=4m)@2m"
 def tls(tmp_path_factory: pytest.TempPathFactory) -> tuple[str, str]:
     if shutil.which("openssl") is None:
         pytest.skip("openssl is not installed (it makes the test server's certificate)")
-    d = tmp_path_factory.mktemp("tls")
-    cert, key = str(d / "cert.pem"), str(d / "key.pem")
-    subprocess.run(["openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "1",
-                    "-subj", "/CN=127.0.0.1", "-addext", "subjectAltName=IP:127.0.0.1",
-                    "-keyout", key, "-out", cert], check=True, capture_output=True)
-    return cert, key
+    return self_signed_cert(tmp_path_factory.mktemp("tls"))
 
 
 def run_agent(tmp: Path, cfg: Path, duration: str, env: dict[str, str] | None = None,
@@ -84,6 +80,14 @@ notify:
     status = subprocess.run([sys.executable, "-m", "watchdog", "status", "--config", str(cfg)],
                             capture_output=True, text=True, timeout=60)
     assert "pagerduty (pagerduty): ok · sent 2 · pending 0" in status.stdout, status.stdout
+    listed = subprocess.run([sys.executable, "-m", "watchdog", "alerts", "--all", "--json",
+                             "--config", str(cfg)], capture_output=True, text=True, timeout=60)
+    doc = json.loads(listed.stdout)
+    [hang] = [a for a in doc["alerts"] if a["fingerprint"] == events[0][1]]
+    assert [(n["sink"], n["reason"], n["state"]) for n in hang["notifications"]
+            if n["sink"] == "pagerduty"] == [("pagerduty", "new", "sent"),
+                                             ("pagerduty", "resolved", "sent")]
+    assert doc["outbox"]["pagerduty"]["sent"]["count"] == 2
 
 
 def test_kill_9_while_the_sink_is_down_then_restart_pages_exactly_once(tmp_path: Path) -> None:

@@ -20,7 +20,7 @@ from watchdog.errors import InputError
 from watchdog.notify.base import Accepted, Alert, Failed, Notification, Retry
 from watchdog.notify.sinks import build_sink
 from watchdog.notify.sinks.slack import render_blocks
-from watchdog.testing.httpserver import Reply, Request, Server
+from watchdog.testing.httpserver import Reply, Request, Server, self_signed_cert
 
 T0 = 1_800_000_000.0
 
@@ -190,12 +190,7 @@ def tls(tmp_path_factory: pytest.TempPathFactory) -> tuple[str, str]:
     """A self-signed certificate for 127.0.0.1 (PagerDuty's client speaks HTTPS only)."""
     if shutil.which("openssl") is None:
         pytest.skip("openssl is not installed (it makes the test server's certificate)")
-    d = tmp_path_factory.mktemp("tls")
-    cert, key = str(d / "cert.pem"), str(d / "key.pem")
-    subprocess.run(["openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "1",
-                    "-subj", "/CN=127.0.0.1", "-addext", "subjectAltName=IP:127.0.0.1",
-                    "-keyout", key, "-out", cert], check=True, capture_output=True)
-    return cert, key
+    return self_signed_cert(tmp_path_factory.mktemp("tls"))
 
 
 def pd_sink(url: str, tmp_path: Path, tls: tuple[str, str]):  # type: ignore[no-untyped-def]
@@ -312,3 +307,14 @@ def test_a_real_alertmanager_receives_fires_and_resolves(alertmanager: str) -> N
                             created_at=now, alerts=(resolved_alert,), changed=("fp1",))
     assert isinstance(sink.send(resolved, {}), Accepted)
     assert _am_alerts(alertmanager) == []  # ended: no longer active
+
+
+@pytest.mark.parametrize(("type_", "options"), [
+    ("webhook", {"url": "http://127.0.0.1:9/x", "timeout": "soon"}),
+    ("webhook", {"url": "http://127.0.0.1:9/x", "rate_per_s": -1}),
+    ("alertmanager", {"url": "http://127.0.0.1:9093", "timeout": 0}),
+])
+def test_a_bad_number_option_is_one_line(type_: str, options: dict) -> None:  # type: ignore[type-arg]
+    with pytest.raises(InputError, match=r"^cfg:2: notify\.sinks\.x\.(timeout|rate_per_s): must "
+                                         r"be a positive number"):
+        build_sink("x", type_, options, "cfg:2: notify.sinks.x")

@@ -60,20 +60,22 @@ def run_alerts(args: argparse.Namespace) -> int:
             print("no alerting state: the config names no notify sinks, or the agent has not "
                   "run with them yet", file=sys.stderr)
             return 0
+        # one pass over the outbox: which notifications carried which fingerprint
+        sends_of: dict[str, list[dict[str, Any]]] = {}
+        keys = ("sink", "reason", "state", "attempts", "last_error", "sent_at")
+        for *row, doc in conn.execute("SELECT sink, reason, state, attempts, last_error, "
+                                      "sent_at, doc FROM notify_outbox ORDER BY id"):
+            for a in st.notification_from_json(doc).alerts:
+                sends_of.setdefault(a.fingerprint, []).append(dict(zip(keys, row, strict=True)))
         alerts = []
         for fp, doc, state, hold in conn.execute(
                 "SELECT fp, doc, state, hold_until FROM notify_alerts ORDER BY updated_at"):
             if state == "resolved" and not args.all:
                 continue
             a = st.alert_from_json(doc)
-            sends = conn.execute(
-                "SELECT sink, reason, state, attempts, last_error, sent_at FROM notify_outbox "
-                "WHERE doc LIKE ? ORDER BY id", (f'%"fingerprint": "{fp}"%',)).fetchall()
             alerts.append({"fingerprint": fp, "state": state, "hold_until": hold,
                            "alert": render.jsonable_alert(a),
-                           "notifications": [dict(zip(("sink", "reason", "state", "attempts",
-                                                       "last_error", "sent_at"), r,
-                                                      strict=True)) for r in sends],
+                           "notifications": sends_of.get(fp, []),
                            "headline": render.headline(a, a.resolved_at or time.time())})
         silences = st.silences(conn, time.time())
         sinks: dict[str, Any] = {}

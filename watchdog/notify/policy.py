@@ -207,13 +207,10 @@ class Policy:
                 continue
             if s["kind"] and s["kind"] != a.kind:
                 continue
-            if s["gpu"] is None:
-                return True
-            ids = set(a.gpus) | set(a.uuids)
-            if a.gpus and all(g == s["gpu"] or u == s["gpu"] for g, u in
-                              zip(a.gpus, a.uuids or a.gpus, strict=False)):
-                return True
-            if s["gpu"] in ids and len(a.gpus) == 1:
+            # a GPU silence mutes an alert only when it covers every GPU the alert names
+            if s["gpu"] is None or (a.gpus and all(
+                    s["gpu"] in (g, u) for g, u in zip(a.gpus, a.uuids or a.gpus,
+                                                      strict=False))):
                 return True
         return False
 
@@ -317,13 +314,10 @@ class Policy:
                     (n.sink, n.group_key, n.reason, st.notification_to_json(n), wall))
             if only_rows:
                 return
-            owed = {fp for gs in self.groups.values() for fp in gs.sent}
-            for fp, a in list(self.alerts.items()):
-                if a.state == "resolved" and fp not in owed and not [
-                        t for t in a.fires if now - t <= self.cfg.flap_window]:
-                    del self.alerts[fp]
-                    self.conn.execute("DELETE FROM notify_alerts WHERE fp = ?", (fp,))
-                    continue
+            for fp in self._forgettable(now):
+                del self.alerts[fp]
+                self.conn.execute("DELETE FROM notify_alerts WHERE fp = ?", (fp,))
+            for fp, a in self.alerts.items():
                 if a.dirty:
                     self.conn.execute(
                         "INSERT INTO notify_alerts (fp, group_key, doc, state, hold_until, "
@@ -349,13 +343,17 @@ class Policy:
 
     def _pending_writes(self, now: float) -> bool:
         """Whether any alert or group has state to write or delete."""
-        if any(a.dirty for a in self.alerts.values()):
-            return True
-        if any(gs.dirty for gs in self.groups.values()):
-            return True
-        return any(a.state == "resolved" and not [t for t in a.fires
-                                                  if now - t <= self.cfg.flap_window]
-                   for a in self.alerts.values())
+        return (any(a.dirty for a in self.alerts.values())
+                or any(gs.dirty for gs in self.groups.values())
+                or bool(self._forgettable(now)))
+
+    def _forgettable(self, now: float) -> list[str]:
+        """Resolved alerts no group still owes a resolve to and with no firing inside the
+        flap window: their rows can go."""
+        owed = {fp for gs in self.groups.values() for fp in gs.sent}
+        return [fp for fp, a in self.alerts.items()
+                if a.state == "resolved" and fp not in owed
+                and not any(now - t <= self.cfg.flap_window for t in a.fires)]
 
     def _room(self, n: Notification) -> bool:
         """Bounded outbox: make room by dropping queued repeats, else refuse (counted)."""

@@ -11,6 +11,7 @@ import time
 from typing import Any
 
 from watchdog.notify.base import Alert, Notification
+from watchdog.report import table
 
 #: Evidence keys in words a person reads at 3 a.m., with units (others: key as written).
 _EVIDENCE = {
@@ -27,20 +28,7 @@ def gpu_list(gpus: tuple[str, ...] | list[str]) -> str:
     """``("0","1","2","5")`` -> ``"GPUs 0-2,5"``; one GPU -> ``"GPU 3"``; none -> ``"node"``."""
     if not gpus:
         return "node"
-    try:
-        nums = sorted(int(g) for g in gpus)
-    except ValueError:
-        return ("GPU " if len(gpus) == 1 else "GPUs ") + ",".join(gpus)
-    parts: list[str] = []
-    start = prev = nums[0]
-    for n in [*nums[1:], None]:
-        if n is not None and n == prev + 1:
-            prev = n
-            continue
-        parts.append(f"{start}" if start == prev else f"{start}-{prev}")
-        if n is not None:
-            start = prev = n
-    return ("GPU " if len(nums) == 1 else "GPUs ") + ",".join(parts)
+    return ("GPU " if len(gpus) == 1 else "GPUs ") + table.gpu_list(gpus)
 
 
 def ago(seconds: float) -> str:

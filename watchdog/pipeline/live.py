@@ -106,7 +106,9 @@ class LivePipeline:
         self._retry_s = RETRY_FIRST_S
         self._failing_since: float | None = None
         self._prev_tick: float | None = None
-        self._keys: dict[int, str] = {}  # id(incident) -> stable key in the store
+        # id(incident) -> (the incident, its key in the store); holding the incident keeps
+        # its id from being reused by a new one while the entry exists
+        self._keys: dict[int, tuple[Incident, str]] = {}
         self._members: dict[int, tuple[str, ...]] = {}
         self._saved_at = -math.inf
         self._status_at = -math.inf
@@ -279,10 +281,13 @@ class LivePipeline:
         self._housekeeping(now)
 
     def _store_incident(self, now: float, inc: Incident) -> None:
-        key = self._keys.get(id(inc))
-        if key is None:
+        entry = self._keys.get(id(inc))
+        if entry is not None and entry[0] is inc:
+            key = entry[1]
+        else:
             who = inc.uuids[0] if inc.uuids else "node"
-            key = self._keys[id(inc)] = f"{inc.rule}/{who}/{round(inc.started_at * 1000)}"
+            key = f"{inc.rule}/{who}/{round(inc.started_at * 1000)}"
+            self._keys[id(inc)] = (inc, key)
         if inc.resolved_at is not None:
             self._keys.pop(id(inc), None)
         if self.store is None:

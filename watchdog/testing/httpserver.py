@@ -16,6 +16,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
 from typing import Any
 
 
@@ -132,6 +133,19 @@ class Server:
 
     def stop(self) -> None:
         self.__exit__()
+
+
+def self_signed_cert(folder: str | Path) -> tuple[str, str]:
+    """(certificate, key) files for 127.0.0.1, made with openssl: PagerDuty's client speaks
+    HTTPS only, so its loopback stand-in needs one (``Server(tls=...)`` and the sink's
+    ``ca_file``)."""
+    import subprocess
+
+    cert, key = str(Path(folder) / "cert.pem"), str(Path(folder) / "key.pem")
+    subprocess.run(["openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "1",
+                    "-subj", "/CN=127.0.0.1", "-addext", "subjectAltName=IP:127.0.0.1",
+                    "-keyout", key, "-out", cert], check=True, capture_output=True)
+    return cert, key
 
 
 def main(argv: list[str]) -> int:

@@ -18,7 +18,7 @@ from watchdog.errors import InputError
 from watchdog.incident import iso
 from watchdog.notify import render
 from watchdog.notify.base import Accepted, Alert, Notification, Result
-from watchdog.notify.sinks.common import check_keys, secret
+from watchdog.notify.sinks.common import check_keys, positive, secret
 from watchdog.notify.sinks.webhook import post_json
 from watchdog.units import parse_duration
 
@@ -80,4 +80,4 @@ def from_config(name: str, options: dict[str, Any], where: str) -> AlertmanagerS
     resend = parse_duration(str(options.get("resend_interval", "60s")),
                             what=f"{where}.resend_interval")
     return AlertmanagerSink(name, url, {"Authorization": f"Bearer {token}"} if token else {},
-                            float(options.get("timeout", 10.0)), resend_interval=resend)
+                            positive(options, "timeout", 10.0, where), resend_interval=resend)

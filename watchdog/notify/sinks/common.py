@@ -43,6 +43,17 @@ def secret(options: dict[str, Any], key: str, where: str, *, required: bool = Tr
     return None
 
 
+def positive(options: dict[str, Any], key: str, default: float | None,
+             where: str) -> float | None:
+    """A positive number option (``timeout: 10``, seconds), or a one-line InputError."""
+    v = options.get(key, default)
+    if v is None:
+        return None
+    if isinstance(v, bool) or not isinstance(v, int | float) or v <= 0:
+        raise InputError(f"{where}.{key}: must be a positive number, not {v!r}")
+    return float(v)
+
+
 def check_keys(options: dict[str, Any], allowed: set[str], where: str) -> None:
     unknown = sorted(set(options) - allowed)
     if unknown:

@@ -21,7 +21,7 @@ from typing import Any
 from watchdog.errors import InputError
 from watchdog.notify import render
 from watchdog.notify.base import Accepted, Alert, Failed, Notification, Result, Retry
-from watchdog.notify.sinks.common import check_keys, retry_after, secret
+from watchdog.notify.sinks.common import check_keys, positive, retry_after, secret
 
 SEVERITY = {"critical": "critical", "warning": "warning", "info": "info"}
 
@@ -144,5 +144,5 @@ def from_config(name: str, options: dict[str, Any], where: str) -> PagerDutySink
     ca = options.get("ca_file")
     if ca is not None and not Path(str(ca)).is_file():
         raise InputError(f"{where}.ca_file: {ca} is not a file")
-    return PagerDutySink(name, _client(str(key), url, float(options.get("timeout", 10.0)),
+    return PagerDutySink(name, _client(str(key), url, positive(options, "timeout", 10.0, where),
                                        None if ca is None else str(ca)))

@@ -21,7 +21,7 @@ from typing import Any
 from watchdog.errors import InputError
 from watchdog.notify import render
 from watchdog.notify.base import Accepted, Alert, Failed, Notification, Result, Retry
-from watchdog.notify.sinks.common import by_status, check_keys, retry_after, secret
+from watchdog.notify.sinks.common import by_status, check_keys, positive, retry_after, secret
 
 MAX_BLOCKS = 50
 SECTION_MAX = 3000
@@ -160,7 +160,7 @@ def _slack_error(e: Exception, memory: dict[str, Any]) -> Result:
 def from_config(name: str, options: dict[str, Any], where: str) -> SlackSink:
     check_keys(options, {"token", "token_env", "token_file", "channel", "webhook_url",
                          "webhook_url_env", "webhook_url_file", "api_url", "timeout"}, where)
-    timeout = int(options.get("timeout", 10))
+    timeout = int(positive(options, "timeout", 10, where) or 10)
     from slack_sdk.http_retry.builtin_handlers import ConnectionErrorRetryHandler
 
     retry = [ConnectionErrorRetryHandler(max_retry_count=2)]

@@ -22,7 +22,7 @@ from typing import Any
 from watchdog.errors import InputError
 from watchdog.notify import render
 from watchdog.notify.base import Notification, Result, Retry
-from watchdog.notify.sinks.common import by_status, check_keys, secret
+from watchdog.notify.sinks.common import by_status, check_keys, positive, secret
 
 
 def body(n: Notification, receiver: str = "webhook") -> dict[str, Any]:
@@ -94,6 +94,6 @@ def from_config(name: str, options: dict[str, Any], where: str) -> WebhookSink:
         raise InputError(f"{where}.url: must be an http(s) URL")
     token = secret(options, "token", where, required=False)
     headers = {"Authorization": f"Bearer {token}"} if token else {}
-    rate = options.get("rate_per_s")
-    return WebhookSink(name, url, headers, float(options.get("timeout", 10.0)),
-                       rate_per_s=float(rate) if rate else None)
+    rate = positive(options, "rate_per_s", None, where)
+    return WebhookSink(name, url, headers, positive(options, "timeout", 10.0, where),
+                       rate_per_s=rate)
