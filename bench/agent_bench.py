@@ -4,18 +4,23 @@ Both run on the same fake NVML (below nvidia-ml-py, so both go through the real 
 with the same GPU count, in the same bench run, each in its own process::
 
     python -m watchdog.testing.fakenvml healthy:8 -- watchdog run --source nvml --interval 1s \\
-        --duration 20s
+        --duration 60s
 
-The agent's CPU (user + system, all threads, from ``/proc/PID/stat``) is read after a
-warm-up (start-up, imports and the first ticks excluded) and again just before the run
-ends; divided by the ticks in between it is the CPU per tick (sampling + detection).
+The agent's CPU (user + system, all threads: each thread's ``schedstat``, or
+``/proc/PID/stat`` in clock ticks where the kernel keeps no scheduler statistics, which is
+why the default run is a minute long) is read after a warm-up (start-up, imports and the
+first ticks excluded) and again just before the run ends; divided by the ticks in between
+it is the CPU per tick (sampling + detection).
 Peak RSS is ``VmHWM`` from ``/proc/PID/status``. gpustat's CPU per query is
 ``time.process_time()`` over repeated ``gpustat.new_query()`` calls in a child process with
 the fake installed (one warm-up query first). The budget (DESIGN.md, issue 7): agent
 CPU/tick <= gpustat CPU/query, RSS <= 150 MB (checked for every GPU count; the budget names 8).
 
-Usage: ``python bench/agent_bench.py [--gpus 8,64] [--duration 20] [--warmup 5]``;
-``--quick``: 8 GPUs, 7 s run, 3 s warm-up (a smoke run; the figures are noisy).
+Usage: ``python bench/agent_bench.py [--gpus 8,64] [--duration 60] [--warmup 8]
+[--model FILE] [--nvml]``; ``--quick``: 8 GPUs, 7 s run, 3 s warm-up (a smoke run; the
+figures are noisy). ``--model FILE`` measures the agent a second time scoring with a
+trained anomaly model (DESIGN's budget counts the model too); ``--nvml`` measures on this
+machine's real GPUs instead of the fake.
 Linux only (``/proc``).
 """
 
@@ -38,6 +43,7 @@ class Row:
     """One GPU count: the agent's and gpustat's figures (CPU in ms)."""
 
     gpus: int
+    label: str  # "rules" or "rules+model"
     agent_ms_per_tick: float
     ticks: float
     agent_rss_mb: float
@@ -52,15 +58,32 @@ class Row:
         return self.ratio <= 1.0 and self.agent_rss_mb <= RSS_BUDGET_MB
 
 
-def fake_command(scenario: str, *tool: str) -> list[str]:
+def fake_command(scenario: str | None, *tool: str) -> list[str]:
+    """``tool`` under the fake NVML for ``scenario``; ``None`` = the real NVML (``--nvml``)."""
+    if scenario is None:
+        return [sys.executable, "-m", "watchdog", *tool[1:]] if tool[0] == "watchdog" \
+            else list(tool)
     return [sys.executable, "-m", "watchdog.testing.fakenvml", scenario, "--", *tool]
 
 
 def proc_cpu(pid: int) -> float:
-    """utime + stime of every thread of ``pid``, in seconds."""
+    """CPU seconds ``pid`` has run so far, all threads.
+
+    From each thread's ``/proc/PID/task/TID/schedstat`` (nanoseconds on the CPU) where the
+    kernel has it: ``/proc/PID/stat``'s utime + stime count in clock ticks (10 ms), too
+    coarse for a few milliseconds a second (the agent's threads live as long as it does).
+    Where schedstat reads zero (kernels without scheduler statistics), ``stat``'s total."""
     with open(f"/proc/{pid}/stat") as f:
         fields = f.read().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / _TICKS  # fields 14 and 15 of stat(5)
+    ticks = (int(fields[11]) + int(fields[12])) / _TICKS  # fields 14 and 15 of stat(5)
+    ns = 0
+    try:
+        for tid in os.listdir(f"/proc/{pid}/task"):
+            with open(f"/proc/{pid}/task/{tid}/schedstat") as f:
+                ns += int(f.read().split()[0])
+    except (FileNotFoundError, ProcessLookupError, ValueError, IndexError):
+        return ticks
+    return ns / 1e9 if ns else ticks
 
 
 def proc_hwm_mb(pid: int) -> float:
@@ -72,12 +95,24 @@ def proc_hwm_mb(pid: int) -> float:
     raise RuntimeError(f"no VmHWM in /proc/{pid}/status")
 
 
-def measure_agent(gpus: int, duration: float, warmup: float) -> tuple[float, float, float]:
-    """(CPU seconds per tick, ticks measured, peak RSS MB) of a 1 Hz ``watchdog run``."""
+def measure_agent(gpus: int | None, duration: float, warmup: float,
+                  model: str | None = None) -> tuple[float, float, float]:
+    """(CPU seconds per tick, ticks measured, peak RSS MB) of a 1 Hz ``watchdog run``.
+
+    ``gpus`` None: the real NVML. ``model``: a trained model file the agent scores with
+    (config ``model:``), so the figure covers the model's features and scoring too."""
+    import shutil
     import tempfile
 
     state = tempfile.mkdtemp(prefix="agent-bench-")  # never the user's real agent state
-    cmd = fake_command(f"healthy:{gpus}", "watchdog", "run", "--source", "nvml",
+    extra: list[str] = []
+    if model is not None:
+        cfg = os.path.join(state, "watchdog.yaml")
+        with open(cfg, "w") as f:
+            f.write(f"source: nvml\nmodel: {json.dumps(os.path.abspath(model))}\n")
+        extra = ["--config", cfg]
+    scenario = None if gpus is None else f"healthy:{gpus}"
+    cmd = fake_command(scenario, "watchdog", "run", *extra, "--source", "nvml",
                        "--interval", "1s", "--duration", f"{duration:g}s", "--state-dir", state)
     proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
     try:
@@ -97,19 +132,20 @@ def measure_agent(gpus: int, duration: float, warmup: float) -> tuple[float, flo
         if proc.poll() is None:
             proc.kill()
             proc.wait()
-    import shutil
-
     shutil.rmtree(state, ignore_errors=True)
     if proc.returncode != 0:
         raise SystemExit(f"agent failed (rc {proc.returncode}): {err.strip()[-400:]}")
+    if model is not None and "model" not in err:
+        raise SystemExit(f"the agent did not say it loaded the model: {err.strip()[-400:]}")
     ticks = t1 - t0  # 1 Hz: one tick per second of the window
     return (c1 - c0) / ticks, ticks, rss
 
 
 _GPUSTAT_CHILD = """
 import json, sys, time
-from watchdog.testing import fakenvml
-fakenvml.install(sys.argv[1])
+if sys.argv[1] != "nvml":
+    from watchdog.testing import fakenvml
+    fakenvml.install(sys.argv[1])
 import gpustat
 gpustat.new_query()
 n = int(sys.argv[2])
@@ -121,45 +157,58 @@ print(json.dumps({"cpu": cpu, "gpus": len(q.gpus)}))
 """
 
 
-def measure_gpustat(gpus: int, queries: int) -> float:
-    """CPU seconds per ``gpustat.new_query()`` on the fake with ``gpus`` GPUs."""
-    out = subprocess.run([sys.executable, "-c", _GPUSTAT_CHILD, f"healthy:{gpus}",
-                          str(queries)], capture_output=True, text=True, check=False)
+def measure_gpustat(gpus: int | None, queries: int) -> tuple[float, int]:
+    """(CPU seconds per ``gpustat.new_query()``, GPUs it saw) on the fake with ``gpus``
+    GPUs, or on the real NVML for ``None``."""
+    out = subprocess.run([sys.executable, "-c", _GPUSTAT_CHILD,
+                          "nvml" if gpus is None else f"healthy:{gpus}", str(queries)],
+                         capture_output=True, text=True, check=False)
     if out.returncode != 0:
         raise SystemExit(f"gpustat child failed (rc {out.returncode}): "
                          f"{out.stderr.strip()[-400:]}")
     doc = json.loads(out.stdout.strip().splitlines()[-1])
-    if doc["gpus"] != gpus:
+    if gpus is not None and doc["gpus"] != gpus:
         raise SystemExit(f"gpustat saw {doc['gpus']} GPUs, expected {gpus}")
-    return float(doc["cpu"])
+    return float(doc["cpu"]), int(doc["gpus"])
 
 
-def run(gpu_counts: list[int], duration: float, warmup: float, queries: int) -> list[Row]:
-    """Measure gpustat then the agent for each GPU count; one row per count."""
+def run(gpu_counts: list[int | None], duration: float, warmup: float, queries: int,
+        model: str | None = None) -> list[Row]:
+    """Measure gpustat then the agent (and the agent with ``model``) for each GPU count."""
     rows = []
     for n in gpu_counts:
-        g = measure_gpustat(n, queries)
-        a, ticks, rss = measure_agent(n, duration, warmup)
-        rows.append(Row(n, a * 1e3, ticks, rss, g * 1e3))
+        g, seen = measure_gpustat(n, queries)
+        for label, m in (("rules", None), ("rules+model", model)):
+            if label == "rules+model" and model is None:
+                continue
+            a, ticks, rss = measure_agent(n, duration, warmup, m)
+            rows.append(Row(seen, label, a * 1e3, ticks, rss, g * 1e3))
     return rows
 
 
 def table(rows: list[Row]) -> str:
     lines = [f"{'GPUs':>5} {'agent ms/tick':>14} {'gpustat ms/query':>17} {'ratio':>6} "
-             f"{'RSS MB':>7}  verdict (ratio <= 1.0, RSS <= {RSS_BUDGET_MB:g} MB)"]
+             f"{'RSS MB':>7}  {'verdict':<7} {'agent':<11} (ratio <= 1.0, "
+             f"RSS <= {RSS_BUDGET_MB:g} MB)"]
     for r in rows:
         lines.append(f"{r.gpus:>5} {r.agent_ms_per_tick:>14.2f} {r.gpustat_ms_per_query:>17.2f} "
-                     f"{r.ratio:>6.2f} {r.agent_rss_mb:>7.1f}  {'PASS' if r.passed else 'FAIL'}")
+                     f"{r.ratio:>6.2f} {r.agent_rss_mb:>7.1f}  "
+                     f"{'PASS' if r.passed else 'FAIL':<7} {r.label:<11}")
     return "\n".join(lines)
 
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--gpus", default="8,64", help="comma-separated GPU counts (default 8,64)")
-    ap.add_argument("--duration", type=float, default=20.0, help="agent run, seconds")
-    ap.add_argument("--warmup", type=float, default=5.0, help="start-up excluded, seconds")
+    ap.add_argument("--duration", type=float, default=60.0, help="agent run, seconds")
+    ap.add_argument("--warmup", type=float, default=8.0, help="start-up excluded, seconds")
     ap.add_argument("--queries", type=int, default=20, help="gpustat queries timed")
     ap.add_argument("--quick", action="store_true", help="8 GPUs, 7 s run (smoke test)")
+    ap.add_argument("--model", metavar="FILE", default=None,
+                    help="also measure the agent scoring with this trained model "
+                         "(`watchdog train --source sim:healthy --duration 3h --output FILE`)")
+    ap.add_argument("--nvml", action="store_true",
+                    help="the real GPUs of this machine instead of the fake (--gpus ignored)")
     args = ap.parse_args(argv)
     if args.quick:
         counts, duration, warmup, queries = [8], 7.0, 3.0, 5
@@ -168,7 +217,10 @@ def main(argv: list[str] | None = None) -> int:
         duration, warmup, queries = args.duration, args.warmup, args.queries
     if duration < warmup + 2.5:
         ap.error("--duration must exceed --warmup by at least 2.5 s")
-    rows = run(counts, duration, warmup, queries)
+    if args.model is not None and not os.path.isfile(args.model):
+        ap.error(f"--model {args.model}: no such file")
+    gpu_counts: list[int | None] = [None] if args.nvml else list(counts)
+    rows = run(gpu_counts, duration, warmup, queries, args.model)
     print(table(rows))
     return 0 if all(r.passed for r in rows) else 1
 

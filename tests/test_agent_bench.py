@@ -38,8 +38,29 @@ def test_agent_bench_quick_runs_and_prints_a_verdict() -> None:
     assert out.returncode in (0, 1), out.stderr  # 1 = over budget, still a measurement
     lines = out.stdout.strip().splitlines()
     assert lines[0].split()[:2] == ["GPUs", "agent"]
-    gpus, agent, gpustat, ratio, rss, verdict = lines[1].split()
-    assert gpus == "8"
+    gpus, agent, gpustat, ratio, rss, verdict, label = lines[1].split()
+    assert (gpus, label) == ("8", "rules")
     assert float(agent) > 0 and float(gpustat) > 0 and float(rss) > 10
     assert abs(float(ratio) - float(agent) / float(gpustat)) < 0.02
     assert verdict == ("PASS" if out.returncode == 0 else "FAIL")
+
+
+@pytest.mark.skipif(not Path("/proc/self/stat").exists(), reason="needs Linux /proc")
+def test_agent_bench_measures_the_agent_again_with_a_model(tmp_path: Path) -> None:
+    """``--model FILE``: a second row for the agent scoring with a trained model (the
+    budget counts the model); the bench refuses to report it unless the agent loaded it."""
+    model = tmp_path / "m.wdm"
+    subprocess.run([sys.executable, "-m", "watchdog", "train", "--source", "sim:healthy",
+                    "--duration", "2h", "--output", str(model)], check=True,
+                   capture_output=True, timeout=120, cwd=ROOT)
+    out = subprocess.run([sys.executable, str(ROOT / "bench" / "agent_bench.py"), "--quick",
+                          "--model", str(model)],
+                         capture_output=True, text=True, timeout=150, check=False, cwd=ROOT)
+    assert out.returncode in (0, 1), out.stderr
+    rows = [line.split() for line in out.stdout.strip().splitlines()[1:]]
+    assert [(r[0], r[6]) for r in rows] == [("8", "rules"), ("8", "rules+model")]
+    assert float(rows[1][1]) > 0 and float(rows[1][4]) > 10
+    bad = subprocess.run([sys.executable, str(ROOT / "bench" / "agent_bench.py"), "--quick",
+                          "--model", str(tmp_path / "missing.wdm")],
+                         capture_output=True, text=True, timeout=60, check=False, cwd=ROOT)
+    assert bad.returncode == 2 and "no such file" in bad.stderr

@@ -112,15 +112,21 @@ def test_slow_group_read_every_slow_interval_and_carried_between(source, fake, c
     assert fake.calls["nvmlDeviceGetEnforcedPowerLimit"] == \
         after_first["nvmlDeviceGetEnforcedPowerLimit"]
     assert fake.calls["nvmlDeviceGetClockInfo"] == \
-        after_first["nvmlDeviceGetClockInfo"] + 9 * 8 * 2  # SM and memory; graphics is slow
+        after_first["nvmlDeviceGetClockInfo"] + 9 * 8  # SM; graphics and memory are slow
+    assert fake.calls["nvmlDeviceGetCurrPcieLinkWidth"] == 8  # the link: slow group
     assert fake.calls["nvmlDeviceGetUtilizationRates"] == 80  # fast reads every tick
     assert later.values["enforced.power.limit"] == first.values["enforced.power.limit"]
     assert later.values["violation.sync_boost"] == first.values["violation.sync_boost"]
     assert later.values["pcie.tx_throughput"] == first.values["pcie.tx_throughput"]
-    assert later.values["energy.total"] > first.values["energy.total"]
+    # field values: the urgent ones every tick (one call per GPU), the counters with the
+    # slow group (a second call per GPU, only on its schedule)
+    assert fake.calls["nvmlDeviceGetFieldValues"] == 16 + 9 * 8
+    assert later.values["energy.total"] == first.values["energy.total"]
     clock.advance(1.0)  # 10 s after the first read: due again
     due = source.sample(clock.now())[0]
     assert fake.calls["nvmlDeviceGetPcieThroughput"] == 32
+    assert fake.calls["nvmlDeviceGetFieldValues"] == 16 + 10 * 8 + 8
+    assert due.values["energy.total"] > first.values["energy.total"]
     assert due.values["violation.sync_boost"] > first.values["violation.sync_boost"]
 
 
@@ -135,7 +141,7 @@ def test_gpm_needs_two_samples(source, clock):
 
 def test_field_values_batched_in_one_call(source, fake, clock):
     source.sample(clock.now())
-    assert fake.calls["nvmlDeviceGetFieldValues"] == 8
+    assert fake.calls["nvmlDeviceGetFieldValues"] == 16  # urgent + slow group, per GPU
     assert fake.calls["nvmlDeviceGetTotalEccErrors"] == 0
 
 

@@ -45,6 +45,10 @@ class Daemon:
         self.sd = sd or Notifier()
         self.done = threading.Event()
         self._hup = threading.Event()
+        # wakes the main loop for a signal or a stop; otherwise it sleeps until its next
+        # deadline (ping, STATUS=, heartbeat), not in short slices: an idle agent costs
+        # no CPU between ticks
+        self._wake = threading.Event()
         self._last_tick_end = time.monotonic()
         self._tick_started: float | None = None
         self._sched: Any = None
@@ -55,11 +59,20 @@ class Daemon:
         """SIGTERM/SIGINT stop, SIGHUP reloads (main thread only)."""
         signal.signal(signal.SIGTERM, self._on_stop)
         signal.signal(signal.SIGINT, self._on_stop)
-        signal.signal(signal.SIGHUP, lambda *_: self._hup.set())
+        signal.signal(signal.SIGHUP, self._on_hup)
+
+    def _on_hup(self, _signum: int, _frame: Any) -> None:
+        self._hup.set()
+        self._wake.set()
 
     def _on_stop(self, signum: int, _frame: Any) -> None:
         log.info("%s: stopping", signal.Signals(signum).name)
+        self.stop()
+
+    def stop(self) -> None:
+        """End :meth:`run` (from any thread)."""
         self.done.set()
+        self._wake.set()
 
     # --- ticks ---------------------------------------------------------------------------
     def _job(self) -> None:
@@ -74,7 +87,7 @@ class Daemon:
             self._tick_started = None
             self._last_tick_end = time.monotonic()
         if self.stop_at is not None and self.pipeline.clock.now() >= self.stop_at:
-            self.done.set()
+            self.stop()
 
     def _schedule(self, interval: float) -> None:
         if self._sched.get_job("sample") is not None:
@@ -97,7 +110,7 @@ class Daemon:
         next_ping = time.monotonic()
         next_status = time.monotonic()
         try:
-            while not self.done.wait(0.25):
+            while not self.done.is_set():
                 mono = time.monotonic()
                 if self._hup.is_set():
                     self._hup.clear()
@@ -115,6 +128,10 @@ class Daemon:
                 if mono >= next_beat:
                     log.info("heartbeat: %s", self._status_line())
                     next_beat = mono + HEARTBEAT_S
+                due = min(next_status, next_beat,
+                          next_ping if self.sd.watchdog_s is not None else next_beat)
+                self._wake.wait(max(due - time.monotonic(), 0.01))
+                self._wake.clear()
         finally:
             self.sd.stopping()
             self._sched.shutdown(wait=True)

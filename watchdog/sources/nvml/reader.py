@@ -7,8 +7,9 @@ strings for the sample. Unit conversions to the catalogue (``watchdog.catalogue`
 mW -> W, bytes -> MiB, mJ -> J, ns -> s.
 
 Batched: ECC totals, retired-pages-pending, remapped rows, PCIe replays, memory
-temperature, energy and the NVLink error totals (all links) come from one
-``nvmlDeviceGetFieldValues`` call, each field with its own status.
+temperature, energy and the NVLink error totals (all links) come from
+``nvmlDeviceGetFieldValues``, each field with its own status: one call every tick for the
+urgent ones (``FIELDS``), one with the slow group for the counters (``SLOW_FIELDS``).
 """
 
 from __future__ import annotations
@@ -36,18 +37,25 @@ from watchdog.sources.nvml.procs import describe
 MiB = 1024.0 * 1024.0
 NOT_AVAILABLE_ULL = 0xFFFFFFFFFFFFFFFF
 
-# (field id, catalogue name, scale to catalogue unit)
+# (field id, catalogue name, scale to catalogue unit). Read every tick: the ecc rule's
+# urgent signals (a new uncorrectable error, pending retirements and remaps, a failed remap)
+# and the memory temperature the thermal rule reports.
 FIELDS: tuple[tuple[int, str, float], ...] = (
-    (3, "ecc.errors.corrected.volatile.total", 1.0),
     (4, "ecc.errors.uncorrected.volatile.total", 1.0),
-    (6, "ecc.errors.uncorrected.aggregate.total", 1.0),
     (31, "retired_pages.pending", 1.0),
-    (142, "remapped_rows.correctable", 1.0),
     (143, "remapped_rows.uncorrectable", 1.0),
     (144, "remapped_rows.pending", 1.0),
     (145, "remapped_rows.failure", 1.0),
-    (94, "pcie.replay_counter", 1.0),
     (82, "temperature.memory", 1.0),
+)
+# Read with the slow group: cumulative counters the rules difference over minutes (NVLink
+# errors over 5 min, PCIe replays over 2 min), so a 10 s old reading loses nothing, and
+# counters no rule pages on (corrected and lifetime ECC, correctable remaps, energy).
+SLOW_FIELDS: tuple[tuple[int, str, float], ...] = (
+    (3, "ecc.errors.corrected.volatile.total", 1.0),
+    (6, "ecc.errors.uncorrected.aggregate.total", 1.0),
+    (142, "remapped_rows.correctable", 1.0),
+    (94, "pcie.replay_counter", 1.0),
     (83, "energy.total", 1e-3),
     (38, "nvlink.errors.crc_flit", 1.0),
     (45, "nvlink.errors.crc_data", 1.0),
@@ -55,6 +63,7 @@ FIELDS: tuple[tuple[int, str, float], ...] = (
     (59, "nvlink.errors.recovery", 1.0),
 )
 FIELD_IDS = [f[0] for f in FIELDS]
+SLOW_FIELD_IDS = [f[0] for f in SLOW_FIELDS]
 _UNION_MEMBER = ("dVal", "uiVal", "ulVal", "ullVal", "sllVal", "siVal", "usVal")
 # (policy id, catalogue name): NVML_PERF_POLICY_*
 VIOLATIONS = ((0, "violation.power"), (1, "violation.thermal"), (2, "violation.sync_boost"),
@@ -140,18 +149,12 @@ class DeviceReader:
         v["power.draw"] = _scaled(self.call("power.draw", "nvmlDeviceGetPowerUsage"), 1e-3)
         v["temperature.gpu"] = _scaled(self.call(
             "temperature.gpu", "nvmlDeviceGetTemperature", nv.NVML_TEMPERATURE_GPU), 1.0)
-        for name, clock in (("clocks.sm", 1), ("clocks.mem", 2)):
-            v[name] = _scaled(self.call(name, "nvmlDeviceGetClockInfo", clock), 1.0)
+        v["clocks.sm"] = _scaled(self.call("clocks.sm", "nvmlDeviceGetClockInfo", 1), 1.0)
         v["clocks_event_reasons.active"] = self._reasons()
-        v["pstate"] = _scaled(self.call("pstate", "nvmlDeviceGetPerformanceState"), 1.0)
         if slow or not self.slow_values:
             self.slow_values = self._slow()
         v.update(self.slow_values)
-        self._fields(v)
-        v["pcie.link.gen.current"] = _scaled(
-            self.call("pcie.link.gen.current", "nvmlDeviceGetCurrPcieLinkGeneration"), 1.0)
-        v["pcie.link.width.current"] = _scaled(
-            self.call("pcie.link.width.current", "nvmlDeviceGetCurrPcieLinkWidth"), 1.0)
+        self._fields(v, "field_values", FIELDS, FIELD_IDS)
         if self.gpm is not None:
             v.update(self.gpm.read(self))
         else:  # every catalogue metric is present; missing ones are None
@@ -161,7 +164,7 @@ class DeviceReader:
         return v, procs
 
     def _slow(self) -> dict[str, float | None]:
-        """The slow group: 11 calls no rule needs every tick, read on their own schedule.
+        """The slow group: 16 calls no rule needs every tick, read on their own schedule.
 
         Violation times (cumulative ns counters: a later read loses nothing), retired-page
         counts (cumulative; the ecc rule's urgent signals, pending retirements and remaps,
@@ -177,6 +180,12 @@ class DeviceReader:
             self.call("enforced.power.limit", "nvmlDeviceGetEnforcedPowerLimit"), 1e-3)
         v["fan.speed"] = _scaled(self.call("fan.speed", "nvmlDeviceGetFanSpeed"), 1.0)
         v["clocks.gr"] = _scaled(self.call("clocks.gr", "nvmlDeviceGetClockInfo", 0), 1.0)
+        v["clocks.mem"] = _scaled(self.call("clocks.mem", "nvmlDeviceGetClockInfo", 2), 1.0)
+        v["pstate"] = _scaled(self.call("pstate", "nvmlDeviceGetPerformanceState"), 1.0)
+        v["pcie.link.gen.current"] = _scaled(
+            self.call("pcie.link.gen.current", "nvmlDeviceGetCurrPcieLinkGeneration"), 1.0)
+        v["pcie.link.width.current"] = _scaled(
+            self.call("pcie.link.width.current", "nvmlDeviceGetCurrPcieLinkWidth"), 1.0)
         for policy, name in VIOLATIONS:
             t = self.call(name, "nvmlDeviceGetViolationStatus", policy)
             v[name] = t.violationTime * 1e-9 if t is not None else None
@@ -185,6 +194,7 @@ class DeviceReader:
             "pcie.tx_throughput", "nvmlDeviceGetPcieThroughput", nv.NVML_PCIE_UTIL_TX_BYTES), 1.0)
         v["pcie.rx_throughput"] = _scaled(self.call(
             "pcie.rx_throughput", "nvmlDeviceGetPcieThroughput", nv.NVML_PCIE_UTIL_RX_BYTES), 1.0)
+        self._fields(v, "field_values.slow", SLOW_FIELDS, SLOW_FIELD_IDS)
         return v
 
     def _memory(self, v: dict[str, float | None]) -> None:
@@ -203,25 +213,30 @@ class DeviceReader:
             "clocks_event_reasons", "nvmlDeviceGetCurrentClocksEventReasons",
             "nvmlDeviceGetCurrentClocksThrottleReasons"), 1.0)
 
-    def _fields(self, v: dict[str, float | None]) -> None:
-        values = self.call("field_values", "nvmlDeviceGetFieldValues", FIELD_IDS)
-        for k, (fid, name, scale) in enumerate(FIELDS):
-            if values is None:
-                v[name] = None
-                continue
-            fv = values[k]
-            if fv.nvmlReturn == GPU_IS_LOST:
+    def _fields(self, v: dict[str, float | None], key: str,
+                fields: tuple[tuple[int, str, float], ...], ids: list[int]) -> None:
+        """One ``nvmlDeviceGetFieldValues`` call for ``fields``, each with its own status.
+        (Each attribute of pynvml's structures goes through a Python ``__getattribute__``,
+        so every one is read once.)"""
+        values = self.call(key, "nvmlDeviceGetFieldValues", ids)
+        if values is None:
+            v.update({name: None for _, name, _ in fields})
+            return
+        for fv, (fid, name, scale) in zip(values, fields, strict=True):
+            rc = fv.nvmlReturn
+            if rc == GPU_IS_LOST:
                 self.lost_seen = True
                 raise GpuLost(f"nvmlDeviceGetFieldValues({fid}): GPU is lost")
-            if fv.nvmlReturn != 0:
-                if fv.nvmlReturn in MISSING_CODES:
-                    self.once(self.index, name, f"field {fid}: NVML error {fv.nvmlReturn}")
+            if rc != 0:
+                if rc in MISSING_CODES:
+                    self.once(self.index, name, f"field {fid}: NVML error {rc}")
                 else:
                     self.errors.append(f"nvmlDeviceGetFieldValues field {fid} ({name}): "
-                                       f"NVML error {fv.nvmlReturn}")
+                                       f"NVML error {rc}")
                 v[name] = None
                 continue
-            member = _UNION_MEMBER[fv.valueType] if 0 <= fv.valueType < 7 else "ullVal"
+            vt = fv.valueType
+            member = _UNION_MEMBER[vt] if 0 <= vt < 7 else "ullVal"
             v[name] = float(getattr(fv.value, member)) * scale
 
     def _retired_pages(self) -> float | None:

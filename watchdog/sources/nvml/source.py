@@ -30,9 +30,10 @@ from watchdog.sources.nvml.reader import DeviceReader
 from watchdog.sources.nvml.xid import XidWatcher
 
 # Seconds between reads of the slow group (DeviceReader._slow: violation counters, retired
-# page counts, PCIe throughput, enforced power limit, fan speed, graphics clock). Counters
-# lose nothing by a later read, a throughput snapshot every 10 s describes a link as well as
-# one a second, and a power limit is at most 10 s stale.
+# page counts, PCIe throughput and link state, the counting field values, enforced power
+# limit, fan speed, performance state, graphics and memory clocks). Counters lose nothing by
+# a later read, a throughput snapshot every 10 s describes a link as well as one a second,
+# and a power limit or link width is at most 10 s stale.
 SLOW_INTERVAL = 10.0
 
 _Read = tuple[dict[str, float | None], tuple[ProcessInfo, ...] | None, tuple[str, ...]]
