@@ -17,9 +17,14 @@ the fake installed (one warm-up query first). The budget (DESIGN.md, issue 7): a
 CPU/tick <= gpustat CPU/query, RSS <= 150 MB (checked for every GPU count; the budget names 8).
 
 Usage: ``python bench/agent_bench.py [--gpus 8,64] [--duration 60] [--warmup 8]
-[--model FILE] [--nvml]``; ``--quick``: 8 GPUs, 7 s run, 3 s warm-up (a smoke run; the
-figures are noisy). ``--model FILE`` measures the agent a second time scoring with a
-trained anomaly model (DESIGN's budget counts the model too); ``--nvml`` measures on this
+[--model FILE|own] [--nvml]``; ``--quick``: 8 GPUs, 7 s run, 3 s warm-up (a smoke run; the
+figures are noisy). ``--model FILE|own`` measures the agent a second time ("full"):
+scoring with a trained anomaly model and with alerting on (a log sink), since DESIGN's
+budget counts sampling, detection, model and alerting together; ``own`` first trains the
+model on 2 h of the fake node's own healthy readings (a manual clock: seconds, not hours),
+as ``model: auto`` would on a node, so the model sees the node it was fitted on (a model
+of another node can flag every GPU, which measures incident handling, not the steady
+state); ``--nvml`` measures on this
 machine's real GPUs instead of the fake.
 Linux only (``/proc``).
 """
@@ -35,6 +40,7 @@ import time
 from dataclasses import dataclass
 
 RSS_BUDGET_MB = 150.0
+OWN_MODEL_HOURS = 2.0  # the fake's healthy readings a ``--model own`` is trained on
 _TICKS = os.sysconf("SC_CLK_TCK")
 
 
@@ -43,7 +49,7 @@ class Row:
     """One GPU count: the agent's and gpustat's figures (CPU in ms)."""
 
     gpus: int
-    label: str  # "rules" or "rules+model"
+    label: str  # "rules", or "full": rules, model and alerting
     agent_ms_per_tick: float
     ticks: float
     agent_rss_mb: float
@@ -100,7 +106,8 @@ def measure_agent(gpus: int | None, duration: float, warmup: float,
     """(CPU seconds per tick, ticks measured, peak RSS MB) of a 1 Hz ``watchdog run``.
 
     ``gpus`` None: the real NVML. ``model``: a trained model file the agent scores with
-    (config ``model:``), so the figure covers the model's features and scoring too."""
+    (config ``model:``), with alerting on (a ``log`` sink), so the figure covers all that
+    DESIGN's budget counts: sampling, detection, the model and alerting."""
     import shutil
     import tempfile
 
@@ -109,7 +116,8 @@ def measure_agent(gpus: int | None, duration: float, warmup: float,
     if model is not None:
         cfg = os.path.join(state, "watchdog.yaml")
         with open(cfg, "w") as f:
-            f.write(f"source: nvml\nmodel: {json.dumps(os.path.abspath(model))}\n")
+            f.write(f"source: nvml\nmodel: {json.dumps(os.path.abspath(model))}\n"
+                    "notify:\n  sinks:\n    - {name: journal, type: log}\n")
         extra = ["--config", cfg]
     scenario = None if gpus is None else f"healthy:{gpus}"
     cmd = fake_command(scenario, "watchdog", "run", *extra, "--source", "nvml",
@@ -172,16 +180,58 @@ def measure_gpustat(gpus: int | None, queries: int) -> tuple[float, int]:
     return float(doc["cpu"]), int(doc["gpus"])
 
 
+_RECORD_CHILD = """
+import sys
+from watchdog.clock import ManualClock
+from watchdog.testing import fakenvml
+clock = ManualClock(1_767_225_600.0)
+fakenvml.install(sys.argv[1], time_fn=clock.now)
+from watchdog.commands.record import record_live
+from watchdog.sources import SourceOptions
+record_live("nvml", SourceOptions(), sys.argv[2], duration=float(sys.argv[3]), interval=1.0,
+            clock=clock)
+"""
+
+
+def own_model(gpus: int, hours: float, directory: str) -> str:
+    """A model of the fake node's own normal, as ``model: auto`` would fit on the node:
+    ``hours`` of the fake's healthy readings recorded on a manual clock (seconds of CPU,
+    not hours), then ``watchdog train`` on that recording. Returns the model's path."""
+    rec, out = os.path.join(directory, "own.wdrec"), os.path.join(directory, "own.wdm")
+    for cmd in ([sys.executable, "-c", _RECORD_CHILD, f"healthy:{gpus}", rec,
+                 str(hours * 3600.0)],
+                [sys.executable, "-m", "watchdog", "train", "--source", rec,
+                 "--output", out]):
+        done = subprocess.run(cmd, capture_output=True, text=True, check=False)
+        if done.returncode != 0:
+            raise SystemExit(f"training the node's own model failed (rc {done.returncode}): "
+                             f"{done.stderr.strip()[-400:]}")
+    return out
+
+
 def run(gpu_counts: list[int | None], duration: float, warmup: float, queries: int,
         model: str | None = None) -> list[Row]:
-    """Measure gpustat then the agent (and the agent with ``model``) for each GPU count."""
+    """Measure gpustat then the agent (and the agent with ``model``: a file, or ``own``
+    for one trained on each fake node's own readings) for each GPU count."""
+    import shutil
+    import tempfile
+
     rows = []
     for n in gpu_counts:
         g, seen = measure_gpustat(n, queries)
-        for label, m in (("rules", None), ("rules+model", model)):
-            if label == "rules+model" and model is None:
+        for label, m in (("rules", None), ("full", model)):
+            if label == "full" and model is None:
                 continue
-            a, ticks, rss = measure_agent(n, duration, warmup, m)
+            tmp = None
+            if m == "own":
+                assert n is not None
+                tmp = tempfile.mkdtemp(prefix="agent-bench-model-")
+                m = own_model(n, OWN_MODEL_HOURS, tmp)
+            try:
+                a, ticks, rss = measure_agent(n, duration, warmup, m)
+            finally:
+                if tmp is not None:
+                    shutil.rmtree(tmp, ignore_errors=True)
             rows.append(Row(seen, label, a * 1e3, ticks, rss, g * 1e3))
     return rows
 
@@ -204,9 +254,10 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--warmup", type=float, default=8.0, help="start-up excluded, seconds")
     ap.add_argument("--queries", type=int, default=20, help="gpustat queries timed")
     ap.add_argument("--quick", action="store_true", help="8 GPUs, 7 s run (smoke test)")
-    ap.add_argument("--model", metavar="FILE", default=None,
-                    help="also measure the agent scoring with this trained model "
-                         "(`watchdog train --source sim:healthy --duration 3h --output FILE`)")
+    ap.add_argument("--model", metavar="FILE|own", default=None,
+                    help="also measure the agent with a trained model and alerting on: a "
+                         "model file, or `own` to train one on 2 h of the fake node's own "
+                         "healthy readings first (as `model: auto` would on a node)")
     ap.add_argument("--nvml", action="store_true",
                     help="the real GPUs of this machine instead of the fake (--gpus ignored)")
     args = ap.parse_args(argv)
@@ -217,7 +268,10 @@ def main(argv: list[str] | None = None) -> int:
         duration, warmup, queries = args.duration, args.warmup, args.queries
     if duration < warmup + 2.5:
         ap.error("--duration must exceed --warmup by at least 2.5 s")
-    if args.model is not None and not os.path.isfile(args.model):
+    if args.model == "own" and args.nvml:
+        ap.error("--model own trains on the fake's readings; with --nvml give a model file "
+                 "(`watchdog train --source nvml --duration 2h --output FILE` on the node)")
+    if args.model not in (None, "own") and not os.path.isfile(args.model):
         ap.error(f"--model {args.model}: no such file")
     gpu_counts: list[int | None] = [None] if args.nvml else list(counts)
     rows = run(gpu_counts, duration, warmup, queries, args.model)

@@ -47,8 +47,9 @@ def test_agent_bench_quick_runs_and_prints_a_verdict() -> None:
 
 @pytest.mark.skipif(not Path("/proc/self/stat").exists(), reason="needs Linux /proc")
 def test_agent_bench_measures_the_agent_again_with_a_model(tmp_path: Path) -> None:
-    """``--model FILE``: a second row for the agent scoring with a trained model (the
-    budget counts the model); the bench refuses to report it unless the agent loaded it."""
+    """``--model FILE``: a second row, "full", for the agent scoring with a trained model
+    and alerting on (the budget counts both); the bench refuses to report it unless the
+    agent loaded the model."""
     model = tmp_path / "m.wdm"
     subprocess.run([sys.executable, "-m", "watchdog", "train", "--source", "sim:healthy",
                     "--duration", "2h", "--output", str(model)], check=True,
@@ -58,7 +59,7 @@ def test_agent_bench_measures_the_agent_again_with_a_model(tmp_path: Path) -> No
                          capture_output=True, text=True, timeout=150, check=False, cwd=ROOT)
     assert out.returncode in (0, 1), out.stderr
     rows = [line.split() for line in out.stdout.strip().splitlines()[1:]]
-    assert [(r[0], r[6]) for r in rows] == [("8", "rules"), ("8", "rules+model")]
+    assert [(r[0], r[6]) for r in rows] == [("8", "rules"), ("8", "full")]
     assert float(rows[1][1]) > 0 and float(rows[1][4]) > 10
     bad = subprocess.run([sys.executable, str(ROOT / "bench" / "agent_bench.py"), "--quick",
                           "--model", str(tmp_path / "missing.wdm")],

@@ -74,3 +74,69 @@ def test_frame_to_grid_resamples_fast_logs_onto_one_second_ticks() -> None:
     g = F.grid_from_frame(frame)
     assert g.step == 1.0
     assert g.col("utilization.gpu")[:, 0].tolist() == [3.0, 5.0]  # the last reading wins
+
+
+def _random_grid(rng: np.random.Generator, T: int, G: int, with_ceil: bool) -> F.Grid:
+    """A noisy node: holes of every length, a GPU that goes unread for a while (its
+    temperature still read), reason bits, and per-row ceilings or none."""
+    data = {m: rng.normal(60.0, 15.0, (T, G)) for m in F.METRICS}
+    data["clocks_event_reasons.active"] = rng.choice([0.0, 4.0, 16.0, 32.0], (T, G))
+    data["memory.total"] = np.full((T, G), 81559.0)
+    for a in data.values():
+        a[rng.random((T, G)) < 0.08] = np.nan  # single misses, held by the 5 s fill
+    # GPU 0's utilization and power unread for 45 ticks (its temperature still read):
+    # dead windows, placed to end where the drift looks back to when the grid is long
+    lag = F.lag_ticks(1.0)
+    hole = T - lag - 45 if lag + 45 < T else int(rng.integers(0, max(1, T - 20)))
+    for m in ("utilization.gpu", "power.draw"):
+        data[m][hole:hole + 45, 0] = np.nan
+    ceil = None
+    if with_ceil:
+        ceil = {k: np.maximum.accumulate(np.abs(rng.normal(500.0, 50.0, (T, G))), axis=0)
+                for k in ("power", "sm", "mem")}
+    return F.Grid(1_700_000_000.0 + np.arange(T, dtype=float), 1.0,
+                  [f"u{i}" for i in range(G)], list(range(G)), data, ceil)
+
+
+@pytest.mark.parametrize("T", [3, 59, 60, 61, 66, 600, 661, 667, 668, 900])
+@pytest.mark.parametrize("with_ceil", [True, False])
+def test_last_window_equals_the_last_row_of_compute(T: int, with_ceil: bool) -> None:
+    """The daemon's short path (two slices: the window and the one LOOKBACK_S earlier)
+    gives exactly the last row of the whole-history computation, drift, holds, dead
+    windows and running-maximum ceilings included."""
+    rng = np.random.default_rng(T * 2 + with_ceil)
+    g = _random_grid(rng, T, 5, with_ceil)
+    want = F.compute(g)[-1]
+    got = F.compute_last(g)
+    np.testing.assert_allclose(got, want, rtol=1e-9, atol=1e-9, equal_nan=True)
+    if F.lag_ticks(1.0) + F.window_ticks(1.0) < T:
+        assert not np.isnan(got[:, F.INDEX["peer_temp_drift"]]).all()
+
+
+def test_live_window_stacks_only_what_it_needs_and_matches_the_whole_history() -> None:
+    from watchdog.anomaly.runner import LiveAnomaly
+    from watchdog.model import Sample
+
+    rng = np.random.default_rng(7)
+    live = LiveAnomaly(None, "node", 1.0)
+    checked = 0
+    for k in range(F.history_ticks(1.0) + 40):
+        samples = []
+        for i in range(4):
+            values: dict[str, float | None] = {
+                m: float(v) for m, v in zip(F.METRICS, rng.normal(60.0, 15.0, len(F.METRICS)),
+                                        strict=True)}
+            values["clocks_event_reasons.active"] = float(rng.choice([0, 4, 32]))
+            if rng.random() < 0.1:
+                values["utilization.gpu"] = None
+            samples.append(Sample(1_700_000_000.0 + k, f"u{i}", i, values))
+        live.add(1_700_000_000.0 + k, samples)
+        if k % 97 == 0 or k > F.history_ticks(1.0) + 30:
+            got = live.window()
+            if got is None:
+                assert len(live.rows) < live.w
+                continue
+            whole = F.compute(live._grid(0, len(live.rows)))[-1]
+            np.testing.assert_allclose(got, whole, rtol=1e-9, atol=1e-9, equal_nan=True)
+            checked += 1
+    assert checked > 10

@@ -180,10 +180,30 @@ def _ratio(a: np.ndarray, b: np.ndarray) -> np.ndarray:
     return out
 
 
-def compute(grid: Grid, window: float = WINDOW_S) -> np.ndarray:
-    """``(T, G, F)`` features of the window ending at every tick (see module docs)."""
+def hold_ticks(step: float) -> int:
+    """Ticks a missed reading is held for (5 s): see :func:`_ffill`."""
+    return max(1, round(5.0 / step))
+
+
+def lag_ticks(step: float) -> int:
+    """Ticks between ``peer_temp`` now and the one ``peer_temp_drift`` subtracts."""
+    return max(1, round(LOOKBACK_S / step))
+
+
+def tail_ticks(step: float, window: float = WINDOW_S) -> int:
+    """Rows :func:`compute` reads for the features of one window: the window, the held
+    readings before it and the tick before it (``peer_util_drops`` compares each tick
+    with the previous one)."""
+    return window_ticks(step, window) + hold_ticks(step) + 1
+
+
+def compute(grid: Grid, window: float = WINDOW_S, *, mask_dead: bool = True) -> np.ndarray:
+    """``(T, G, F)`` features of the window ending at every tick (see module docs).
+
+    ``mask_dead=False`` keeps the features of a GPU that was not read (neither
+    utilization nor power) instead of NaN; :func:`last_window` needs them for the drift."""
     w = window_ticks(grid.step, window)
-    gap = max(1, round(5.0 / grid.step))  # a reading missed for up to 5 s is held
+    gap = hold_ticks(grid.step)  # a reading missed for up to 5 s is held
     col = {m: _ffill(grid.col(m), gap) for m in METRICS}
     ref = ceilings(grid)
     T, G = len(grid.t), len(grid.uuids)
@@ -222,7 +242,7 @@ def compute(grid: Grid, window: float = WINDOW_S) -> np.ndarray:
         with np.errstate(all="ignore"), _quiet():
             med = np.nanmedian(x, axis=1, keepdims=True)
         put(name, x - med)
-    lag = max(1, round(LOOKBACK_S / grid.step))
+    lag = lag_ticks(grid.step)
     pt = out[:, :, INDEX["peer_temp"]]
     drift = np.full(pt.shape, np.nan)
     drift[lag:] = pt[lag:] - pt[:-lag]
@@ -235,9 +255,52 @@ def compute(grid: Grid, window: float = WINDOW_S) -> np.ndarray:
     else:
         with np.errstate(all="ignore"), _quiet():
             put("peer_util_drops", rate - np.nanmedian(rate, axis=1, keepdims=True))
-    dead = np.isnan(out[:, :, INDEX["util_mean"]]) & np.isnan(out[:, :, INDEX["power_frac"]])
-    out[dead] = np.nan
+    if mask_dead:
+        _mask_dead(out)
     return out
+
+
+def _mask_dead(out: np.ndarray) -> None:
+    """NaN every feature of a window where neither utilization nor power was read."""
+    dead = np.isnan(out[..., INDEX["util_mean"]]) & np.isnan(out[..., INDEX["power_frac"]])
+    out[dead] = np.nan
+
+
+def rows(grid: Grid, lo: int, hi: int) -> Grid:
+    """Rows ``lo:hi`` of ``grid``, ceilings included (computed over the whole grid first
+    when it has none, so a running maximum keeps what came before ``lo``)."""
+    ref = ceilings(grid)
+    return Grid(grid.t[lo:hi], grid.step, grid.uuids, grid.index,
+                {m: a[lo:hi] for m, a in grid.data.items()},
+                {k: a[lo:hi] for k, a in ref.items()})
+
+
+def last_window(recent: Grid, lagged: Grid | None, window: float = WINDOW_S) -> np.ndarray:
+    """``(G, F)``: the features of the window ending at ``recent``'s last tick, equal to
+    ``compute(grid)[-1]`` at a fraction of the cost (the daemon evaluates one window every
+    few seconds, not a whole history).
+
+    ``recent``: at least the last :func:`tail_ticks` rows of the grid; ``lagged``: the
+    rows ending :func:`lag_ticks` earlier (as many), or None when the grid is not that
+    long (``peer_temp_drift`` is then NaN, as in :func:`compute`)."""
+    now = compute(recent, window, mask_dead=False)[-1]
+    k = INDEX["peer_temp_drift"]
+    if lagged is None or len(lagged.t) == 0:
+        now[:, k] = np.nan
+    else:
+        p = INDEX["peer_temp"]
+        now[:, k] = now[:, p] - compute(lagged, window, mask_dead=False)[-1][:, p]
+    _mask_dead(now)
+    return now
+
+
+def compute_last(grid: Grid, window: float = WINDOW_S) -> np.ndarray:
+    """``compute(grid, window)[-1]`` through :func:`last_window` (two short slices)."""
+    T = len(grid.t)
+    pad, lag = tail_ticks(grid.step, window), lag_ticks(grid.step)
+    recent = rows(grid, max(0, T - pad), T)
+    lagged = rows(grid, max(0, T - lag - pad), T - lag) if T - 1 - lag >= 0 else None
+    return last_window(recent, lagged, window)
 
 
 class _quiet:

@@ -202,17 +202,27 @@ class LiveAnomaly:
             self.rows.append((now, row))
 
     def window(self) -> np.ndarray | None:
-        """``(G, F)`` features of the window ending at the last tick, or None."""
-        if len(self.rows) < self.w:
+        """``(G, F)`` features of the window ending at the last tick, or None.
+
+        Only the rows that window needs are stacked: its own (:func:`F.tail_ticks`) and
+        those ending :data:`F.LOOKBACK_S` earlier for the drift (``F.last_window``); the
+        same values as computing the whole history, at a fraction of the cost."""
+        n = len(self.rows)
+        if n < self.w:
             return None
-        rows = [r for _, r in self.rows]
-        data = {m: np.stack([r[m] for r in rows]) for m in F.METRICS}
-        ceil = {"power": np.stack([r["_power_ceil"] for r in rows]),
-                "sm": np.stack([r["_sm_ceil"] for r in rows]),
-                "mem": np.stack([r["_mem_ceil"] for r in rows])}
-        grid = F.Grid(np.array([t for t, _ in self.rows]), self.interval, self.uuids,
+        pad, lag = F.tail_ticks(self.interval), F.lag_ticks(self.interval)
+        recent = self._grid(max(0, n - pad), n)
+        lagged = self._grid(max(0, n - lag - pad), n - lag) if n - 1 - lag >= 0 else None
+        return F.last_window(recent, lagged)
+
+    def _grid(self, lo: int, hi: int) -> F.Grid:
+        rows = [self.rows[i] for i in range(lo, hi)]
+        data = {m: np.stack([r[m] for _, r in rows]) for m in F.METRICS}
+        ceil = {"power": np.stack([r["_power_ceil"] for _, r in rows]),
+                "sm": np.stack([r["_sm_ceil"] for _, r in rows]),
+                "mem": np.stack([r["_mem_ceil"] for _, r in rows])}
+        return F.Grid(np.array([t for t, _ in rows]), self.interval, self.uuids,
                       self.index, data, ceil)
-        return F.compute(grid)[-1]
 
     def __call__(self, now: float, samples: Sequence[Any],
                  engaged: set[str]) -> list[tuple[str, Incident]]:
