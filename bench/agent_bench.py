@@ -1,7 +1,7 @@
 """Live cost: CPU per tick and peak RSS of ``watchdog run`` against ``gpustat.new_query()``.
 
 Both run on the same fake NVML (below nvidia-ml-py, so both go through the real binding)
-with the same GPU count, in the same bench run, each in its own process::
+with the same GPU count, at the same time, each in its own process::
 
     python -m watchdog.testing.fakenvml healthy:8 -- watchdog run --source nvml --interval 1s \\
         --duration 60s
@@ -10,11 +10,14 @@ The agent's CPU (user + system, all threads: each thread's ``schedstat``, or
 ``/proc/PID/stat`` in clock ticks where the kernel keeps no scheduler statistics, which is
 why the default run is a minute long) is read after a warm-up (start-up, imports and the
 first ticks excluded) and again just before the run ends; divided by the ticks in between
-it is the CPU per tick (sampling + detection).
-Peak RSS is ``VmHWM`` from ``/proc/PID/status``. gpustat's CPU per query is
-``time.process_time()`` over repeated ``gpustat.new_query()`` calls in a child process with
-the fake installed (one warm-up query first). The budget (DESIGN.md, issue 7): agent
-CPU/tick <= gpustat CPU/query, RSS <= 150 MB (checked for every GPU count; the budget names 8).
+it is the CPU per tick (sampling + detection). Peak RSS is ``VmHWM`` from
+``/proc/PID/status``. gpustat's CPU per query is ``time.process_time()`` around each
+``gpustat.new_query()`` in a child process with the fake installed (one untimed warm-up
+query first), one query a second (or as often as its own 0.1 s sleep per GPU allows)
+during the agent's measurement window: the two see the same machine, which on a shared
+VM moves by a quarter from one minute to the next. The budget (DESIGN.md, issue 7): agent
+CPU/tick <= gpustat CPU/query, RSS <= 150 MB (checked for every GPU count; the budget
+names 8).
 
 Usage: ``python bench/agent_bench.py [--gpus 8,64] [--duration 60] [--warmup 8]
 [--model FILE|own] [--nvml]``; ``--quick``: 8 GPUs, 7 s run, 3 s warm-up (a smoke run; the
@@ -24,8 +27,7 @@ budget counts sampling, detection, model and alerting together; ``own`` first tr
 model on 2 h of the fake node's own healthy readings (a manual clock: seconds, not hours),
 as ``model: auto`` would on a node, so the model sees the node it was fitted on (a model
 of another node can flag every GPU, which measures incident handling, not the steady
-state); ``--nvml`` measures on this
-machine's real GPUs instead of the fake.
+state); ``--nvml`` measures on this machine's real GPUs instead of the fake.
 Linux only (``/proc``).
 """
 
@@ -102,8 +104,11 @@ def proc_hwm_mb(pid: int) -> float:
 
 
 def measure_agent(gpus: int | None, duration: float, warmup: float,
-                  model: str | None = None) -> tuple[float, float, float]:
-    """(CPU seconds per tick, ticks measured, peak RSS MB) of a 1 Hz ``watchdog run``.
+                  model: str | None = None) -> tuple[float, float, float, float, int]:
+    """(CPU seconds per tick, ticks measured, peak RSS MB, gpustat's CPU seconds per
+    query, GPUs gpustat saw) of a 1 Hz ``watchdog run``, with gpustat queried once a
+    second in its own process during the same measurement window: both see the same
+    machine (on a shared VM the load moves by a quarter between minutes).
 
     ``gpus`` None: the real NVML. ``model``: a trained model file the agent scores with
     (config ``model:``), with alerting on (a ``log`` sink), so the figure covers all that
@@ -123,13 +128,21 @@ def measure_agent(gpus: int | None, duration: float, warmup: float,
     cmd = fake_command(scenario, "watchdog", "run", *extra, "--source", "nvml",
                        "--interval", "1s", "--duration", f"{duration:g}s", "--state-dir", state)
     proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    window = max(duration - warmup - 1.5, 1.0)
+    gp = None
     try:
-        time.sleep(warmup)
+        time.sleep(1.0)  # gpustat's child imports while the agent starts, not in the window
+        # gpustat sleeps 0.1 s per GPU inside each query (its process CPU percentages):
+        # at 64 GPUs a query takes 6.5 s of wall time, so pace it to fit the window
+        pace = max(1.0, 0.1 * (gpus or 8) + 0.2)
+        gp = start_gpustat(gpus, max(2, int(window / pace) - 1), delay=warmup - 0.5,
+                           pace=pace)
+        time.sleep(warmup - 1.0)
         if proc.poll() is not None:
             raise SystemExit(f"agent exited early (rc {proc.returncode}): "
                              f"{proc.stderr.read().strip()[-400:]}")
         c0, t0 = proc_cpu(proc.pid), time.monotonic()
-        time.sleep(max(duration - warmup - 1.5, 1.0))
+        time.sleep(window)
         if proc.poll() is not None:
             raise SystemExit(f"agent exited before the end of the measurement "
                              f"(rc {proc.returncode}): {proc.stderr.read().strip()[-400:]}")
@@ -140,13 +153,17 @@ def measure_agent(gpus: int | None, duration: float, warmup: float,
         if proc.poll() is None:
             proc.kill()
             proc.wait()
+        if gp is not None and sys.exc_info()[0] is not None:
+            gp.kill()
     shutil.rmtree(state, ignore_errors=True)
+    assert gp is not None
+    g, seen = finish_gpustat(gp, gpus)
     if proc.returncode != 0:
         raise SystemExit(f"agent failed (rc {proc.returncode}): {err.strip()[-400:]}")
     if model is not None and "model" not in err:
         raise SystemExit(f"the agent did not say it loaded the model: {err.strip()[-400:]}")
     ticks = t1 - t0  # 1 Hz: one tick per second of the window
-    return (c1 - c0) / ticks, ticks, rss
+    return (c1 - c0) / ticks, ticks, rss, g, seen
 
 
 _GPUSTAT_CHILD = """
@@ -156,25 +173,35 @@ if sys.argv[1] != "nvml":
     fakenvml.install(sys.argv[1])
 import gpustat
 gpustat.new_query()
-n = int(sys.argv[2])
-c0 = time.process_time()
+n, delay, pace = int(sys.argv[2]), float(sys.argv[3]), float(sys.argv[4])
+due, cpu = time.monotonic() + delay, 0.0
 for _ in range(n):
+    time.sleep(max(0.0, due - time.monotonic()))
+    due += pace
+    c0 = time.process_time()
     q = gpustat.new_query()
-cpu = (time.process_time() - c0) / n
-print(json.dumps({"cpu": cpu, "gpus": len(q.gpus)}))
+    cpu += time.process_time() - c0
+print(json.dumps({"cpu": cpu / n, "gpus": len(q.gpus)}))
 """
 
 
-def measure_gpustat(gpus: int | None, queries: int) -> tuple[float, int]:
-    """(CPU seconds per ``gpustat.new_query()``, GPUs it saw) on the fake with ``gpus``
-    GPUs, or on the real NVML for ``None``."""
-    out = subprocess.run([sys.executable, "-c", _GPUSTAT_CHILD,
-                          "nvml" if gpus is None else f"healthy:{gpus}", str(queries)],
-                         capture_output=True, text=True, check=False)
-    if out.returncode != 0:
-        raise SystemExit(f"gpustat child failed (rc {out.returncode}): "
-                         f"{out.stderr.strip()[-400:]}")
-    doc = json.loads(out.stdout.strip().splitlines()[-1])
+def start_gpustat(gpus: int | None, queries: int, delay: float = 0.0,
+                  pace: float = 0.0) -> subprocess.Popen[str]:
+    """A child timing ``queries`` calls of ``gpustat.new_query()`` (after one untimed
+    warm-up), the first ``delay`` s after it starts and then one every ``pace`` s, on the
+    fake with ``gpus`` GPUs or on the real NVML for ``None``."""
+    return subprocess.Popen([sys.executable, "-c", _GPUSTAT_CHILD,
+                             "nvml" if gpus is None else f"healthy:{gpus}", str(queries),
+                             str(delay), str(pace)],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+
+
+def finish_gpustat(child: subprocess.Popen[str], gpus: int | None) -> tuple[float, int]:
+    """(CPU seconds per query, GPUs gpustat saw) from a :func:`start_gpustat` child."""
+    out, err = child.communicate(timeout=600)
+    if child.returncode != 0:
+        raise SystemExit(f"gpustat child failed (rc {child.returncode}): {err.strip()[-400:]}")
+    doc = json.loads(out.strip().splitlines()[-1])
     if gpus is not None and doc["gpus"] != gpus:
         raise SystemExit(f"gpustat saw {doc['gpus']} GPUs, expected {gpus}")
     return float(doc["cpu"]), int(doc["gpus"])
@@ -209,7 +236,7 @@ def own_model(gpus: int, hours: float, directory: str) -> str:
     return out
 
 
-def run(gpu_counts: list[int | None], duration: float, warmup: float, queries: int,
+def run(gpu_counts: list[int | None], duration: float, warmup: float,
         model: str | None = None) -> list[Row]:
     """Measure gpustat then the agent (and the agent with ``model``: a file, or ``own``
     for one trained on each fake node's own readings) for each GPU count."""
@@ -218,7 +245,6 @@ def run(gpu_counts: list[int | None], duration: float, warmup: float, queries: i
 
     rows = []
     for n in gpu_counts:
-        g, seen = measure_gpustat(n, queries)
         for label, m in (("rules", None), ("full", model)):
             if label == "full" and model is None:
                 continue
@@ -228,7 +254,7 @@ def run(gpu_counts: list[int | None], duration: float, warmup: float, queries: i
                 tmp = tempfile.mkdtemp(prefix="agent-bench-model-")
                 m = own_model(n, OWN_MODEL_HOURS, tmp)
             try:
-                a, ticks, rss = measure_agent(n, duration, warmup, m)
+                a, ticks, rss, g, seen = measure_agent(n, duration, warmup, m)
             finally:
                 if tmp is not None:
                     shutil.rmtree(tmp, ignore_errors=True)
@@ -252,7 +278,6 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--gpus", default="8,64", help="comma-separated GPU counts (default 8,64)")
     ap.add_argument("--duration", type=float, default=60.0, help="agent run, seconds")
     ap.add_argument("--warmup", type=float, default=8.0, help="start-up excluded, seconds")
-    ap.add_argument("--queries", type=int, default=20, help="gpustat queries timed")
     ap.add_argument("--quick", action="store_true", help="8 GPUs, 7 s run (smoke test)")
     ap.add_argument("--model", metavar="FILE|own", default=None,
                     help="also measure the agent with a trained model and alerting on: a "
@@ -262,10 +287,10 @@ def main(argv: list[str] | None = None) -> int:
                     help="the real GPUs of this machine instead of the fake (--gpus ignored)")
     args = ap.parse_args(argv)
     if args.quick:
-        counts, duration, warmup, queries = [8], 7.0, 3.0, 5
+        counts, duration, warmup = [8], 7.0, 3.0
     else:
         counts = [int(x) for x in args.gpus.split(",")]
-        duration, warmup, queries = args.duration, args.warmup, args.queries
+        duration, warmup = args.duration, args.warmup
     if duration < warmup + 2.5:
         ap.error("--duration must exceed --warmup by at least 2.5 s")
     if args.model == "own" and args.nvml:
@@ -274,7 +299,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.model not in (None, "own") and not os.path.isfile(args.model):
         ap.error(f"--model {args.model}: no such file")
     gpu_counts: list[int | None] = [None] if args.nvml else list(counts)
-    rows = run(gpu_counts, duration, warmup, queries, args.model)
+    rows = run(gpu_counts, duration, warmup, args.model)
     print(table(rows))
     return 0 if all(r.passed for r in rows) else 1
 
