@@ -61,6 +61,21 @@ def test_clock_event_reason_fractions() -> None:
     assert col(f, "frac_thermal")[3, 0] == 0.0
 
 
+def test_sm_clock_below_max_counts_only_where_no_reason_explains_it() -> None:
+    """GPU 0: 1980 MHz max, then 1782 (90 %) with no reason bit: 10 points short at
+    those ticks. GPU 1: the same clocks under a power cap (and idle at the start): a
+    reason explains them, 0. GPU 2: reasons not read: NaN (unknown, scored as normal)."""
+    sm = [[1980.0, 1980.0, 1980.0]] + [[1782.0, 1782.0, 1782.0]] * 3
+    reasons = [[0, R.GPU_IDLE, np.nan]] + [[0, R.SW_POWER_CAP, np.nan]] * 3
+    f = F.compute(grid(clocks_sm=sm, reasons=reasons, utilization_gpu=[[100] * 3] * 4), 4.0)
+    got = col(f, "sm_clock_unexplained")[3]
+    assert got[0] == pytest.approx(0.1 * 3 / 4)  # 3 of the window's 4 ticks 10 % short
+    assert got[1] == 0.0
+    assert np.isnan(got[2])
+    f = F.compute(grid(clocks_sm=sm, reasons=reasons, utilization_gpu=[[100] * 3] * 4), 3.0)
+    assert col(f, "sm_clock_unexplained")[3, 0] == pytest.approx(0.1)
+
+
 def test_a_missed_reading_is_held_and_a_gpu_never_read_is_not_scored() -> None:
     util = [[100, np.nan], [np.nan, np.nan], [100, np.nan], [100, np.nan]]
     f = F.compute(grid(utilization_gpu=util), window=3.0)

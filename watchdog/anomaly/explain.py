@@ -55,6 +55,8 @@ WORDS: dict[str, tuple[str, str, float, str]] = {
     "peer_util_drops": ("utilization drops against its peers", "/min", 1.0, "+.1f"),
     "own_temp": ("temperature above its own normal at this power (beyond its peers')",
                  " C", 1.0, "+.1f"),
+    "sm_clock_unexplained": ("SM clock below its maximum with no throttle reason",
+                             " points of max", 100.0, ".1f"),
 }
 HINTS = {"temp": "check the fan, airflow or coolant of this GPU",
          "power": "power does not match the work: check the board and its power delivery",
