@@ -98,3 +98,35 @@ def test_temp_drift_on_the_hot_gpu_is_found_by_its_own_baseline() -> None:
     model.base_uuids, model.base_coef = (), None  # the peers alone
     blind, _ = runner.replay_incidents(model, g, incs, rec.host, start=cut, feats=feats)
     assert blind == []
+
+
+def test_a_gpu_slow_for_no_reason_is_found_where_its_peers_spread_under_a_power_cap() -> None:
+    """Seed 1's A100 node: its GPUs' SM clocks under the power cap spread from -4 to +9
+    points of max around their median, so GPU 7 sagging to 90 % with no reason bit stayed
+    inside what ``peer_sm_clock`` had seen (schema 2 missed it). ``sm_clock_unexplained``
+    is 0 in every healthy training window (a GPU with no reason runs at its maximum) and
+    about 0.1 under the fault: found, with that feature first; without it (the column
+    NaN, read as normal) the same fit does not page."""
+    rec, src = simulate("sim:slow_no_reason@135m", duration=160 * 60, gpus=8, seed=1,
+                        model="a100-pcie")  # bench/model_bench.py's run: 2 h fit, +15 min
+    truth = src.ground_truth()[0]
+    incs = detect(rec, load_rules(None))
+    assert incs == []  # the rules do not name it
+    g = F.grid_from_frame(rec.frame)
+    feats = F.compute(g)
+    k = F.INDEX["sm_clock_unexplained"]
+    cut = g.t[0] + 120 * 60
+    model, _ = fit_grid(g, incs, "x", until=cut, feats=feats)
+    assert model.lo[k] == model.hi[k] == 0.0
+    found, _ = runner.replay_incidents(model, g, incs, rec.host, start=cut, feats=feats)
+    assert found and all(i.uuids == list(truth.uuids) for i in found)
+    assert found[0].fired_at >= truth.onset
+    assert found[0].evidence["features"][0]["feature"] == "sm_clock_unexplained"
+    assert "SM clock below its maximum with no throttle reason" in found[0].summary
+    assert "reset it or drain it" in found[0].summary
+    blind_feats = feats.copy()
+    blind_feats[:, :, k] = np.nan
+    blind_model, _ = fit_grid(g, incs, "x", until=cut, feats=blind_feats)
+    blind, _ = runner.replay_incidents(blind_model, g, incs, rec.host, start=cut,
+                                       feats=blind_feats)
+    assert blind == []
