@@ -149,18 +149,20 @@ def measure_agent(gpus: int | None, duration: float, warmup: float,
         c1, t1 = proc_cpu(proc.pid), time.monotonic()
         rss = proc_hwm_mb(proc.pid)
         _, err = proc.communicate(timeout=duration + 30)
+    except BaseException:
+        if gp is not None:
+            gp.kill()
+        raise
     finally:
         if proc.poll() is None:
             proc.kill()
             proc.wait()
-        if gp is not None and sys.exc_info()[0] is not None:
-            gp.kill()
     shutil.rmtree(state, ignore_errors=True)
     assert gp is not None
     g, seen = finish_gpustat(gp, gpus)
     if proc.returncode != 0:
         raise SystemExit(f"agent failed (rc {proc.returncode}): {err.strip()[-400:]}")
-    if model is not None and "model" not in err:
+    if model is not None and f"anomaly model {os.path.abspath(model)} loaded" not in err:
         raise SystemExit(f"the agent did not say it loaded the model: {err.strip()[-400:]}")
     ticks = t1 - t0  # 1 Hz: one tick per second of the window
     return (c1 - c0) / ticks, ticks, rss, g, seen

@@ -278,10 +278,21 @@ def _mask_dead(out: np.ndarray) -> None:
     out[dead] = np.nan
 
 
-def rows(grid: Grid, lo: int, hi: int) -> Grid:
-    """Rows ``lo:hi`` of ``grid``, ceilings included (computed over the whole grid first
-    when it has none, so a running maximum keeps what came before ``lo``)."""
-    ref = ceilings(grid)
+def tail_spans(n: int, step: float, window: float = WINDOW_S
+               ) -> tuple[tuple[int, int], tuple[int, int] | None]:
+    """Of a grid of ``n`` ticks, the row spans ``(lo, hi)`` :func:`last_window` needs: the
+    last window's (:func:`tail_ticks`) and the one ending :func:`lag_ticks` earlier, or
+    None when the grid is not that long."""
+    pad, lag = tail_ticks(step, window), lag_ticks(step)
+    lagged = (max(0, n - lag - pad), n - lag) if n - 1 - lag >= 0 else None
+    return (max(0, n - pad), n), lagged
+
+
+def rows(grid: Grid, lo: int, hi: int, ref: dict[str, np.ndarray] | None = None) -> Grid:
+    """Rows ``lo:hi`` of ``grid``, ceilings included (``ref``: :func:`ceilings` of the
+    whole grid, computed here when not given, so a running maximum keeps what came
+    before ``lo``)."""
+    ref = ceilings(grid) if ref is None else ref
     return Grid(grid.t[lo:hi], grid.step, grid.uuids, grid.index,
                 {m: a[lo:hi] for m, a in grid.data.items()},
                 {k: a[lo:hi] for k, a in ref.items()})
@@ -308,11 +319,10 @@ def last_window(recent: Grid, lagged: Grid | None, window: float = WINDOW_S) -> 
 
 def compute_last(grid: Grid, window: float = WINDOW_S) -> np.ndarray:
     """``compute(grid, window)[-1]`` through :func:`last_window` (two short slices)."""
-    T = len(grid.t)
-    pad, lag = tail_ticks(grid.step, window), lag_ticks(grid.step)
-    recent = rows(grid, max(0, T - pad), T)
-    lagged = rows(grid, max(0, T - lag - pad), T - lag) if T - 1 - lag >= 0 else None
-    return last_window(recent, lagged, window)
+    ref = ceilings(grid)
+    now, before = tail_spans(len(grid.t), grid.step, window)
+    return last_window(rows(grid, *now, ref),
+                       rows(grid, *before, ref) if before is not None else None, window)
 
 
 class _quiet:

@@ -20,6 +20,7 @@ structured (z, distance outside the training range) for JSON readers.
 
 from __future__ import annotations
 
+import itertools
 from collections import deque
 from collections.abc import Sequence
 from typing import Any
@@ -210,13 +211,12 @@ class LiveAnomaly:
         n = len(self.rows)
         if n < self.w:
             return None
-        pad, lag = F.tail_ticks(self.interval), F.lag_ticks(self.interval)
-        recent = self._grid(max(0, n - pad), n)
-        lagged = self._grid(max(0, n - lag - pad), n - lag) if n - 1 - lag >= 0 else None
-        return F.last_window(recent, lagged)
+        now, before = F.tail_spans(n, self.interval)
+        return F.last_window(self._grid(*now),
+                             self._grid(*before) if before is not None else None)
 
     def _grid(self, lo: int, hi: int) -> F.Grid:
-        rows = [self.rows[i] for i in range(lo, hi)]
+        rows = list(itertools.islice(self.rows, lo, hi))
         data = {m: np.stack([r[m] for _, r in rows]) for m in F.METRICS}
         ceil = {"power": np.stack([r["_power_ceil"] for _, r in rows]),
                 "sm": np.stack([r["_sm_ceil"] for _, r in rows]),
