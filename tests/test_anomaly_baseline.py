@@ -105,8 +105,8 @@ def test_a_gpu_slow_for_no_reason_is_found_where_its_peers_spread_under_a_power_
     points of max around their median, so GPU 7 sagging to 90 % with no reason bit stayed
     inside what ``peer_sm_clock`` had seen (schema 2 missed it). ``sm_clock_unexplained``
     is 0 in every healthy training window (a GPU with no reason runs at its maximum) and
-    about 0.1 under the fault: found, with that feature first; without it (the column
-    NaN, read as normal) the same fit does not page."""
+    about 0.1 under the fault: found within 2 minutes, with that feature first; without
+    it (the column NaN, read as normal) the same fit pages only minutes later, if at all."""
     rec, src = simulate("sim:slow_no_reason@135m", duration=160 * 60, gpus=8, seed=1,
                         model="a100-pcie")  # bench/model_bench.py's run: 2 h fit, +15 min
     truth = src.ground_truth()[0]
@@ -129,4 +129,33 @@ def test_a_gpu_slow_for_no_reason_is_found_where_its_peers_spread_under_a_power_
     blind_model, _ = fit_grid(g, incs, "x", until=cut, feats=blind_feats)
     blind, _ = runner.replay_incidents(blind_model, g, incs, rec.host, start=cut,
                                        feats=blind_feats)
+    # without it the peers' clocks page late or not at all (schema 4: after 7 min)
+    assert found[0].fired_at - truth.onset <= 120.0
+    assert all(i.fired_at - truth.onset > 300.0 for i in blind)
+
+
+def test_a_gpu_whose_work_comes_in_bursts_is_found_by_its_deep_drops(monkeypatch) -> None:
+    """Seed 1's A100 node, GPU 7 dropping to 30-60 % one tick in six. Counting drops of
+    more than 10 points (schema 3), the healthy GPUs' shallow dips of 3-20 points gave up
+    to 7 drops a minute more than their peers in training, so the fault's 10 stayed near
+    the range and no incident fired. Counting drops of more than 25 points, a healthy GPU
+    sits at its peers' rate and the fault pages with ``peer_util_drops`` first."""
+    rec, src = simulate("sim:bursty_util@135m", duration=160 * 60, gpus=8, seed=1,
+                        model="a100-pcie")  # bench/model_bench.py's run: 2 h fit, +15 min
+    truth = src.ground_truth()[0]
+    incs = detect(rec, load_rules(None))
+    assert incs == []  # the rules do not name it
+    g = F.grid_from_frame(rec.frame)
+    cut = g.t[0] + 120 * 60
+    feats = F.compute(g)
+    model, _ = fit_grid(g, incs, "x", until=cut, feats=feats)
+    found, _ = runner.replay_incidents(model, g, incs, rec.host, start=cut, feats=feats)
+    assert found and all(i.uuids == list(truth.uuids) for i in found)
+    assert found[0].fired_at >= truth.onset
+    assert found[0].evidence["features"][0]["feature"] == "peer_util_drops"
+    assert "utilization drops against its peers" in found[0].summary
+    monkeypatch.setattr(F, "DROP_POINTS", 10.0)  # schema 3's count
+    shallow = F.compute(g)
+    model, _ = fit_grid(g, incs, "x", until=cut, feats=shallow)
+    blind, _ = runner.replay_incidents(model, g, incs, rec.host, start=cut, feats=shallow)
     assert blind == []

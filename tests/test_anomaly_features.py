@@ -155,3 +155,20 @@ def test_live_window_stacks_only_what_it_needs_and_matches_the_whole_history() -
             np.testing.assert_allclose(got, whole, rtol=1e-9, atol=1e-9, equal_nan=True)
             checked += 1
     assert checked > 10
+
+
+def test_util_drops_count_only_deep_drops_against_the_peers_median() -> None:
+    """A drop counts when utilization falls by more than DROP_POINTS (25) from one tick to
+    the next: 26 points counts, exactly 25 does not, so a GPU's shallow jitter is not a
+    burst. The rate is per minute over the window, minus the peers' median."""
+    assert F.DROP_POINTS == 25.0
+    util = [[100, 100, 100],
+            [74, 100, 100],   # GPU 0 drops 26: counted
+            [100, 75, 100],   # GPU 1 drops 25: not counted
+            [100, 100, 40],   # GPU 2 drops 60: counted
+            [70, 100, 100],   # GPU 0 drops 30: counted
+            [100, 100, 100]]
+    f = F.compute(grid(utilization_gpu=util), window=6.0)
+    # window of 6 ticks; tick 0 compares with itself (no drop)
+    rate = np.array([2, 0, 1]) / 6 * 60.0  # drops per minute
+    assert col(f, "peer_util_drops")[5] == pytest.approx(rate - np.median(rate))
