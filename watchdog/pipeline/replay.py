@@ -227,7 +227,20 @@ def simulate_chunks(spec: str, *, duration: float, interval: float = 1.0, gpus: 
 
 
 def _chunks(src: Any, duration: float, interval: float, chunk_ticks: int) -> Any:
-    """Frames of ``chunk_ticks`` ticks from ``src.run`` (see :func:`simulate_chunks`)."""
+    """Frames of ``chunk_ticks`` ticks from ``src.run`` (see :func:`simulate_chunks`): a
+    faultless node read every second a block at a time (:mod:`watchdog.sources.sim.fast`,
+    the same readings), any other node reading by reading."""
+    from watchdog import catalogue
+    from watchdog.sources.sim import fast
+
+    if fast.supports(src, interval):
+        return fast.chunks(src, duration, chunk_ticks, list(catalogue.NAMES),
+                           lambda rest: _scalar_chunks(src, rest, interval, chunk_ticks))
+    return _scalar_chunks(src, duration, interval, chunk_ticks)
+
+
+def _scalar_chunks(src: Any, duration: float, interval: float, chunk_ticks: int) -> Any:
+    """Frames of ``chunk_ticks`` ticks from ``src.run``, one reading at a time."""
     import numpy as np
     import pandas as pd
 
