@@ -130,3 +130,19 @@ def test_train_samples_the_real_gpus_through_nvml(tmp_path: Path) -> None:
     assert r.returncode == 2, r.stderr
     assert "nvml: too little data to train: 0 busy minutes" in r.stderr
     assert not (tmp_path / "m.wdm").exists()
+
+
+def test_train_and_replay_say_when_the_fit_is_coarse(tmp_path: Path) -> None:
+    """Seed 1's node: its first all-GPU pause (clocks to idle) falls in the last fifth of
+    a 90-minute span, so the held-out part scores far above the fit part and the
+    threshold lets smaller faults through: said in one line. Two hours: not coarse."""
+    out = tmp_path / "m.wdm"
+    r = wd("train", "--source", "sim", "--duration", "90m", "--seed", "1", "--output", str(out))
+    assert r.returncode == 0, r.stderr
+    assert "warning: the model is coarse" in r.stderr
+    assert "train on a longer span of normal work" in r.stderr
+    r = wd("train", "--source", "sim", "--duration", "2h", "--seed", "1", "--output", str(out))
+    assert r.returncode == 0 and "coarse" not in r.stderr, r.stderr
+    r = wd("replay", "sim:healthy", "--duration", "225m", "--seed", "1", "--model", "auto")
+    assert r.returncode == 0, r.stderr
+    assert "sim:healthy: --model auto: the model is coarse" in r.stderr

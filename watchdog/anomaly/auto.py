@@ -11,7 +11,10 @@
   fits once every GPU has ``baseline`` of busy time (at least an hour, default 1 h) on
   a worker thread (sampling never waits for a fit), scores from then on, and refits
   every ``refit`` (default 24 h) on the windows kept. The model is saved in the state
-  directory, so a restart scores at once instead of learning again.
+  directory, so a restart scores at once instead of learning again. A coarse fit
+  (:func:`~watchdog.anomaly.train.coarse`: its held-out part held something the rest
+  had not shown, so its threshold is high) still scores, and is refitted as soon as
+  another ``baseline`` of busy time is in, not a ``refit`` later.
 """
 
 from __future__ import annotations
@@ -90,18 +93,21 @@ class DaemonModel:
         self._uuids: list[str] = []
         self._next = -np.inf
         self._worker: threading.Thread | None = None
-        self._fitted: tuple[Any, float] | None = None
+        self._fitted: tuple[Any, float, float] | None = None  # model, when, busy min
         self._started = False
+        self.coarse = False
+        self._busy_at_fit = 0.0  # busy minutes collected when the model in use was fitted
 
     # --- the hook --------------------------------------------------------------------
     def __call__(self, now: float, samples: list[Any], engaged: set[str]) -> list[Any]:
         if not self._started:
             self._start()
         if self._fitted is not None:  # a fit finished on the worker thread
-            model, at = self._fitted
+            model, at, busy = self._fitted
             self._fitted = None
             self.live.set_model(model)
             self.fitted_at, self.state = at, "scoring"
+            self.coarse, self._busy_at_fit = train.coarse(model), busy
         out = self.live(now, samples, engaged)
         if self.settings.use == "auto":
             self._collect(now, engaged)
@@ -131,8 +137,12 @@ class DaemonModel:
             return
         self.live.set_model(model)
         self.fitted_at, self.state = model.trained_to, "scoring"
+        self.coarse = self.settings.use == "auto" and train.coarse(model)
         log.info("anomaly model %s loaded: threshold %.3f, trained on %s", path,
                  model.threshold, model.gpu_model)
+        if self.coarse:
+            log.warning("anomaly %s; refitting after %.0f busy minutes", train.coarse_note(model),
+                        self.settings.baseline_s / 60.0)
 
     def _collect(self, now: float, engaged: set[str]) -> None:
         """Every :data:`EVERY_S`: keep the window's features unless a rule is engaged."""
@@ -165,12 +175,9 @@ class DaemonModel:
         return min(self._busy_s.get(u, 0.0) for u in self._uuids) / 60.0
 
     def _maybe_fit(self, now: float) -> None:
-        if self._worker is not None and self._worker.is_alive():
-            return
-        due = (self.fitted_at is None and self.busy_minutes() * 60.0 >= self.settings.baseline_s
-               ) or (self.fitted_at is not None and now - self.fitted_at >= self.settings.refit_s
-                     and len(self._rows) > 0)
-        if not due or not self._rows:
+        if (self._worker is not None and self._worker.is_alive()) or self._fitted is not None:
+            return  # a fit is running, or finished and not yet taken up by the hook
+        if not self.due(now) or not self._rows:
             return
         t = np.array([r[0] for r in self._rows])
         feats = np.stack([r[1] for r in self._rows])
@@ -178,12 +185,23 @@ class DaemonModel:
         gm = self._gpu_model()
         self.state = "fitting" if self.fitted_at is None else self.state
         self._worker = threading.Thread(
-            target=self._fit, args=(t, feats, excl, gm, now, list(self._uuids)),
+            target=self._fit,
+            args=(t, feats, excl, gm, now, list(self._uuids), self.busy_minutes()),
             name="anomaly-fit", daemon=True)
         self._worker.start()
 
+    def due(self, now: float) -> bool:
+        """Whether a fit is due at ``now``: the first once ``baseline`` of busy time is
+        in, then every ``refit``, or after another ``baseline`` when the last was coarse."""
+        busy_s = self.busy_minutes() * 60.0
+        if self.fitted_at is None:
+            return busy_s >= self.settings.baseline_s
+        if self.coarse:
+            return busy_s - self._busy_at_fit * 60.0 >= self.settings.baseline_s
+        return now - self.fitted_at >= self.settings.refit_s
+
     def _fit(self, t: np.ndarray, feats: np.ndarray, excl: np.ndarray, gm: str,
-             now: float, uuids: list[str]) -> None:
+             now: float, uuids: list[str], busy_min: float) -> None:
         """On the worker thread: fit, save, hand over (never raises)."""
         try:
             model, stats = train.fit(feats, step=EVERY_S, t=t, gpu_model=gm, exclude=excl,
@@ -193,7 +211,10 @@ class DaemonModel:
             log.info("anomaly model fitted on %d windows in %.1f s: threshold %.3f; saved "
                      "to %s", int(stats["windows"]), stats["fit_s"], model.threshold,
                      self.state_file)
-            self._fitted = (model, now)
+            if train.coarse(model):
+                log.warning("anomaly %s; refitting after %.0f more busy minutes",
+                            train.coarse_note(model), self.settings.baseline_s / 60.0)
+            self._fitted = (model, now, busy_min)
         except Exception as e:  # noqa: BLE001 - a failed fit must not stop the agent
             self.error = f"fit failed: {type(e).__name__}: {e}"
             log.error("anomaly model %s", self.error)
@@ -209,6 +230,7 @@ class DaemonModel:
                 "need_min": round(self.settings.baseline_s / 60.0),
                 "fitted_at": self.fitted_at,
                 "threshold": None if m is None else round(m.threshold, 4),
+                "coarse": self.coarse,
                 "last_score_max": None if self.live.runner is None
                 else self.live.runner.last_max,
                 "score_ms": round(self.live.scored_ms, 3), "error": self.error}

@@ -85,6 +85,9 @@ def apply(results: list[Any], spec: str, sim_key: str | None) -> None:
                       file=sys.stderr)
                 continue
             start = cut
+            if train.coarse(model):
+                print(f"watchdog: {r.path}: --model auto: {train.coarse_note(model)}",
+                      file=sys.stderr)
         else:
             model = persist.load(spec, gm)
             if abs(model.step - grid.step) > 1e-6:

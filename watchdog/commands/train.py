@@ -133,4 +133,7 @@ def run(args: argparse.Namespace) -> int:
           f"{busy.min():.0f} busy minutes on the least busy GPU, "
           f"{len(incidents)} incident(s) left out, threshold {model.threshold:.3f}, "
           f"fit {stats['fit_s']:.1f} s", file=sys.stderr)
+    if train.coarse(model):
+        print(f"watchdog: warning: {train.coarse_note(model)}: train on a longer span of "
+              "normal work", file=sys.stderr)
     return 0

@@ -82,6 +82,8 @@ def _model_line(md: dict[str, Any]) -> str:
         head += f" · fitted at {_t(md['fitted_at'])}"
     if md.get("threshold") is not None:
         head += f" · threshold {md['threshold']:.3f}"
+    if md.get("coarse"):
+        head += f" (coarse: refits after another {md.get('need_min')} busy minutes)"
     if md.get("last_score_max") is not None:
         head += f" · last score max {md['last_score_max']:.3f}"
     if md.get("error"):
