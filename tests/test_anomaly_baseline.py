@@ -100,6 +100,27 @@ def test_temp_drift_on_the_hot_gpu_is_found_by_its_own_baseline() -> None:
     assert blind == []
 
 
+def _a100_seed1(fault: str) -> tuple:
+    """bench/model_bench.py's run of ``fault`` on the A100 node of seed 1: 2 h of fit,
+    the fault 15 min later, 25 min watched. Returns grid, features, rule incidents (none:
+    asserted), the ground truth, the fit's end and the recording."""
+    rec, src = simulate(f"sim:{fault}@135m", duration=160 * 60, gpus=8, seed=1,
+                        model="a100-pcie")
+    truth = src.ground_truth()[0]
+    incs = detect(rec, load_rules(None))
+    assert incs == []  # the rules do not name it
+    g = F.grid_from_frame(rec.frame)
+    return g, F.compute(g), incs, truth, g.t[0] + 120 * 60, rec
+
+
+def _found(model, g, incs, rec, cut, feats, truth) -> list:
+    """The anomaly incidents after the fit: every one on the faulty GPU, from the onset."""
+    found, _ = runner.replay_incidents(model, g, incs, rec.host, start=cut, feats=feats)
+    assert found and all(i.uuids == list(truth.uuids) for i in found)
+    assert found[0].fired_at >= truth.onset
+    return found
+
+
 def test_a_gpu_slow_for_no_reason_is_found_where_its_peers_spread_under_a_power_cap() -> None:
     """Seed 1's A100 node: its GPUs' SM clocks under the power cap spread from -4 to +9
     points of max around their median, so GPU 7 sagging to 90 % with no reason bit stayed
@@ -107,20 +128,11 @@ def test_a_gpu_slow_for_no_reason_is_found_where_its_peers_spread_under_a_power_
     is 0 in every healthy training window (a GPU with no reason runs at its maximum) and
     about 0.1 under the fault: found within 2 minutes, with that feature first; without
     it (the column NaN, read as normal) the same fit pages only minutes later, if at all."""
-    rec, src = simulate("sim:slow_no_reason@135m", duration=160 * 60, gpus=8, seed=1,
-                        model="a100-pcie")  # bench/model_bench.py's run: 2 h fit, +15 min
-    truth = src.ground_truth()[0]
-    incs = detect(rec, load_rules(None))
-    assert incs == []  # the rules do not name it
-    g = F.grid_from_frame(rec.frame)
-    feats = F.compute(g)
+    g, feats, incs, truth, cut, rec = _a100_seed1("slow_no_reason")
     k = F.INDEX["sm_clock_unexplained"]
-    cut = g.t[0] + 120 * 60
     model, _ = fit_grid(g, incs, "x", until=cut, feats=feats)
     assert model.lo[k] == model.hi[k] == 0.0
-    found, _ = runner.replay_incidents(model, g, incs, rec.host, start=cut, feats=feats)
-    assert found and all(i.uuids == list(truth.uuids) for i in found)
-    assert found[0].fired_at >= truth.onset
+    found = _found(model, g, incs, rec, cut, feats, truth)
     assert found[0].evidence["features"][0]["feature"] == "sm_clock_unexplained"
     assert "SM clock below its maximum with no throttle reason" in found[0].summary
     assert "reset it or drain it" in found[0].summary
@@ -140,18 +152,9 @@ def test_a_gpu_whose_work_comes_in_bursts_is_found_by_its_deep_drops(monkeypatch
     to 7 drops a minute more than their peers in training, so the fault's 10 stayed near
     the range and no incident fired. Counting drops of more than 25 points, a healthy GPU
     sits at its peers' rate and the fault pages with ``peer_util_drops`` first."""
-    rec, src = simulate("sim:bursty_util@135m", duration=160 * 60, gpus=8, seed=1,
-                        model="a100-pcie")  # bench/model_bench.py's run: 2 h fit, +15 min
-    truth = src.ground_truth()[0]
-    incs = detect(rec, load_rules(None))
-    assert incs == []  # the rules do not name it
-    g = F.grid_from_frame(rec.frame)
-    cut = g.t[0] + 120 * 60
-    feats = F.compute(g)
+    g, feats, incs, truth, cut, rec = _a100_seed1("bursty_util")
     model, _ = fit_grid(g, incs, "x", until=cut, feats=feats)
-    found, _ = runner.replay_incidents(model, g, incs, rec.host, start=cut, feats=feats)
-    assert found and all(i.uuids == list(truth.uuids) for i in found)
-    assert found[0].fired_at >= truth.onset
+    found = _found(model, g, incs, rec, cut, feats, truth)
     assert found[0].evidence["features"][0]["feature"] == "peer_util_drops"
     assert "utilization drops against its peers" in found[0].summary
     monkeypatch.setattr(F, "DROP_POINTS", 10.0)  # schema 3's count
