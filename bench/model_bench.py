@@ -258,7 +258,8 @@ def real_logs(rules: Any) -> bool:
         found, _ = runner.replay_incidents(model, g, incs, rec.host, start=cut, feats=feats)
         hours_here = (g.t[-1] - cut) / 3600 * len(g.uuids)
         head = (f"{len(found)} anomalies in {hours_here:.1f} GPU-hours scored "
-                f"({len(incs)} rule incidents)")
+                f"({len(incs)} rule incidents; threshold {model.threshold:.2f}"
+                f"{', a coarse fit' if train.coarse(model) else ''})")
         if not auto:  # replay --model auto would refuse this log: informational only
             forced_false += len(found)
             forced_h += hours_here
@@ -275,8 +276,8 @@ def real_logs(rules: Any) -> bool:
     ok = n_false == 0
     print(f"real logs: {n_false} in {gpu_h:.1f} GPU-hours = {rate:.1f} per 1,000 GPU-hours: "
           f"goal <= {GOAL_FP}: {'HOLDS on this sample' if ok else 'MISSED'} (only "
-          f"{gpu_h:.1f} GPU-hours: zero found bounds the rate only below "
-          f"{1000 / max(gpu_h, 1e-9):.0f})")
+          f"{gpu_h:.1f} GPU-hours: the 95 % upper bound is "
+          f"{upper95(n_false, gpu_h) if gpu_h else float('inf'):.0f} per 1,000 GPU-hours)")
     return ok
 
 
