@@ -37,3 +37,12 @@ def test_bad_healthy_hours_is_one_line() -> None:
     assert r.returncode == 2
     assert r.stderr.strip().splitlines() == [
         "model_bench: --healthy-hours and --healthy-seeds must be positive"]
+
+
+def test_bad_fit_hours_or_first_seed_is_one_line() -> None:
+    for args in (("--healthy-fit-hours", "0.5"), ("--first-seed", "-1")):
+        r = bench("--only", "healthy", *args)
+        assert r.returncode == 2, args
+        assert r.stderr.strip().splitlines() == [
+            "model_bench: --healthy-fit-hours must be at least 1 (the daemon's minimum "
+            "baseline) and --first-seed at least 0"]
