@@ -200,7 +200,7 @@ def healthy(models: dict[str, Any], seeds: list[int], total_h: float, fit_h: flo
                   f"{r['threshold']:.3f})" + "".join(f"\n      {x[:150]}" for x in r["summaries"]))
     wall = time.perf_counter() - t0
     print(f"  the healthy job alone: {n_false} in {gpu_h:,.0f} GPU-hours; 95 % upper bound "
-          f"{upper95(n_false, gpu_h):.2f} per 1,000 GPU-hours")
+          f"{upper95(n_false, gpu_h):.3g} per 1,000 GPU-hours")
     for gm in GPU_MODELS:
         for seed in seeds[:2]:
             found, _, _, g = run_scored(models[gm], "sim:inference_server", idle_h * 60, gm,
@@ -215,7 +215,7 @@ def healthy(models: dict[str, Any], seeds: list[int], total_h: float, fit_h: flo
     ok = bound <= GOAL_FP
     print(f"simulated healthy: {n_false} in {gpu_h:,.0f} GPU-hours ({wall:.0f} s wall for the "
           f"streamed nodes, {os.cpu_count()} CPUs) = {rate:.2f} per 1,000 GPU-hours; 95 % upper "
-          f"bound {bound:.2f} per 1,000 GPU-hours; goal <= {GOAL_FP}: "
+          f"bound {bound:.3g} per 1,000 GPU-hours; goal <= {GOAL_FP}: "
           f"{'DEMONSTRATED' if ok else 'NOT DEMONSTRATED'} (it needs ~{3000 / GOAL_FP:,.0f} "
           "healthy GPU-hours without a false anomaly)")
     return n_false == 0

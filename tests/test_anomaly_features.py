@@ -172,3 +172,19 @@ def test_util_drops_count_only_deep_drops_against_the_peers_median() -> None:
     # window of 6 ticks; tick 0 compares with itself (no drop)
     rate = np.array([2, 0, 1]) / 6 * 60.0  # drops per minute
     assert col(f, "peer_util_drops")[5] == pytest.approx(rate - np.median(rate))
+
+
+def test_row_median_is_numpys_nanmedian_value_for_value() -> None:
+    """The peers' median (every ``peer_*`` feature) equals ``np.nanmedian`` bit for bit:
+    odd and even counts, NaN holes, rows with no value, one GPU, 256 GPUs."""
+    rng = np.random.default_rng(5)
+    for g in (1, 2, 3, 7, 8, 9, 64, 256):
+        x = rng.normal(50.0, 30.0, (400, g))
+        x[rng.random(x.shape) < 0.2] = np.nan
+        x[:5] = np.nan  # rows where no GPU was read
+        x[5:10, : max(1, g // 2)] = 7.25  # ties
+        with np.errstate(all="ignore"), F._quiet():
+            want = np.nanmedian(x, axis=1, keepdims=True)
+        got = F.row_median(x)
+        assert got.shape == want.shape
+        assert np.array_equal(got, want, equal_nan=True), g

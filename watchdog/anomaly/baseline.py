@@ -79,9 +79,9 @@ def residual(feats: np.ndarray, lines: np.ndarray) -> np.ndarray:
         return r
     busy = F.busy(feats.reshape(-1, *feats.shape[-2:])).reshape(r.shape)
     sloped = np.abs(np.nan_to_num(b)) >= MIN_SLOPE
-    with np.errstate(all="ignore"), F._quiet():
-        lag = np.nanmedian(np.where(busy & sloped, r / np.where(sloped, b, 1.0), np.nan),
-                           axis=-1, keepdims=True)
+    with np.errstate(all="ignore"):
+        each = np.where(busy & sloped, r / np.where(sloped, b, 1.0), np.nan)
+    lag = F.row_median(each.reshape(-1, each.shape[-1])).reshape(*each.shape[:-1], 1)
     lag = np.where(np.isnan(lag), 0.0, lag)
     return r - np.where(sloped, b, 0.0) * lag
 

@@ -257,9 +257,7 @@ def compute(grid: Grid, window: float = WINDOW_S, *, mask_dead: bool = True) -> 
         if G < 2:
             put(name, np.where(np.isnan(x), np.nan, 0.0))
             continue
-        with np.errstate(all="ignore"), _quiet():
-            med = np.nanmedian(x, axis=1, keepdims=True)
-        put(name, x - med)
+        put(name, x - row_median(x))
     lag = lag_ticks(grid.step)
     pt = out[:, :, INDEX["peer_temp"]]
     drift = np.full(pt.shape, np.nan)
@@ -271,11 +269,25 @@ def compute(grid: Grid, window: float = WINDOW_S, *, mask_dead: bool = True) -> 
     if G < 2:
         put("peer_util_drops", np.where(np.isnan(rate), np.nan, 0.0))
     else:
-        with np.errstate(all="ignore"), _quiet():
-            put("peer_util_drops", rate - np.nanmedian(rate, axis=1, keepdims=True))
+        put("peer_util_drops", rate - row_median(rate))
     if mask_dead:
         _mask_dead(out)
     return out
+
+
+def row_median(x: np.ndarray) -> np.ndarray:
+    """``np.nanmedian(x, axis=1, keepdims=True)`` of a ``(T, G)`` array, value for value
+    (the mean of the two middle values when the count is even; NaN where a row has no
+    value), without numpy's masked-array path for small axes, which cost the live hook
+    70 % of its features (9 calls a window, ~0.5 ms each on 8 GPUs)."""
+    s = np.sort(x, axis=1)  # NaN sorts last
+    n = x.shape[1] - np.isnan(x).sum(axis=1)
+    rows = np.arange(len(x))
+    lo = s[rows, np.maximum(n - 1, 0) // 2]
+    hi = s[rows, n // 2 - (n == 0)]
+    with np.errstate(invalid="ignore"):
+        med = (lo + hi) / 2.0
+    return np.where(n > 0, med, np.nan)[:, None]
 
 
 def _mask_dead(out: np.ndarray) -> None:
