@@ -197,23 +197,75 @@ def test_init_failure_is_one_line(fake):
 
 
 @pytest.mark.parametrize("fake", ["blocking_call"], indirect=True)
-def test_wedged_call_is_bounded_and_named(fake, clock, tmp_path):
+def test_wedged_call_is_bounded_and_named(fake, clock, tmp_path, monkeypatch):
     s = NvmlSource(call_timeout=0.1, kmsg_path=str(tmp_path / "x"))
+    handoffs = _count_handoffs(monkeypatch)
     try:
-        first = s.sample(clock.now())
+        first = s.sample(clock.now())  # GPU 2 wedges inside the sweep of all 8
         assert first[2].errors == ("nvmlDeviceGetPowerUsage did not return within 0.1 s",)
         assert first[2].values == {}
         assert first[1].errors == () and first[1].values["power.draw"] is not None
+        # the GPUs the sweep had not reached are read in the same tick, on their own lanes
+        assert all(x.errors == () and x.values["power.draw"] is not None for x in first[3:])
+        assert handoffs == [1 + 5]
         second = s.sample(clock.now())  # still wedged: skipped, not waited for again
         assert "nvmlDeviceGetPowerUsage still outstanding" in second[2].errors[0]
+        assert all(x.errors == () for i, x in enumerate(second) if i != 2)
+        assert handoffs[-1] == 7  # the sweep is given up: one lane per GPU from now on
         assert fake.calls["nvmlDeviceGetPowerUsage"] == 8 + 7
         fake.release()
-        while s._gpus[2].lane.busy:  # the stuck call returns, the lane drains
-            s._gpus[2].lane.wait(s._gpus[2].lane.submit(lambda: None), 5)
+        held = s._gpus[2].held
+        assert held is not None and held is not s._gpus[2].lane  # the sweep's thread
+        while held.busy:  # the stuck call returns, the sweep's thread lets go
+            held.wait(held.submit(lambda: None), 5)
         third = s.sample(clock.now())
         assert third[2].errors == () and third[2].values["power.draw"] is not None
+        assert handoffs[-1] == 8
     finally:
         fake.release()
+        s.close()
+
+
+def _count_handoffs(monkeypatch) -> list[int]:
+    """Jobs handed to NVML lanes per ``sample`` call (appended after each call)."""
+    from watchdog.sources.nvml import deadline
+
+    counts: list[int] = []
+    submit, sample = deadline.Lane.submit, NvmlSource.sample
+    box = [0]
+
+    def counting_submit(self, fn):
+        box[0] += 1
+        return submit(self, fn)
+
+    def counting_sample(self, now):
+        box[0] = 0
+        try:
+            return sample(self, now)
+        finally:
+            counts.append(box[0])
+
+    monkeypatch.setattr(deadline.Lane, "submit", counting_submit)
+    monkeypatch.setattr(NvmlSource, "sample", counting_sample)
+    return counts
+
+
+@pytest.mark.parametrize(("fake", "handoffs"), [("healthy:1", 1), ("healthy:8", 1),
+                                                ("healthy:12", 2), ("healthy:16", 2),
+                                                ("healthy:17", 3)], indirect=["fake"])
+def test_one_handoff_per_eight_gpus(fake, handoffs, clock, tmp_path, monkeypatch):
+    # a tick reads up to 8 GPUs in turn on one lane: one thread wake-up, not one per GPU
+    s = NvmlSource(kmsg_path=str(tmp_path / "x"))
+    counts = _count_handoffs(monkeypatch)
+    try:
+        n = len(s.devices())
+        for _ in range(3):
+            got = s.sample(clock.now())
+            assert [x.index for x in got] == list(range(n))
+            assert all(x.errors == () and x.values["power.draw"] is not None for x in got)
+            clock.advance(1.0)
+        assert counts == [handoffs] * 3
+    finally:
         s.close()
 
 

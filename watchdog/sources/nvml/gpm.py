@@ -37,7 +37,7 @@ class GpmState:
         if support is None or not support.isSupportedDevice:
             return None
         nv = reader.nv
-        reader.lane.enter("nvmlGpmSampleAlloc")
+        reader.runs_on.enter("nvmlGpmSampleAlloc")
         try:
             return cls(nv, nv.nvmlGpmSampleAlloc(), nv.nvmlGpmSampleAlloc())
         except nv.NVMLError as e:
@@ -57,7 +57,7 @@ class GpmState:
             mg.sample1, mg.sample2 = self.prev, self.cur
             for k, (mid, _) in enumerate(METRICS):
                 mg.metrics[k].metricId = mid
-            reader.lane.enter("nvmlGpmMetricsGet")
+            reader.runs_on.enter("nvmlGpmMetricsGet")
             try:
                 nv.nvmlGpmMetricsGet(mg)
             except nv.NVMLError as e:

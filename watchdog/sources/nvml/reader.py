@@ -71,7 +71,8 @@ VIOLATIONS = ((0, "violation.power"), (1, "violation.thermal"), (2, "violation.s
 
 
 class DeviceReader:
-    """All reads of GPU ``index``; every method runs on ``lane``'s thread."""
+    """All reads of GPU ``index``; every method runs on ``runs_on``'s thread (``lane``, the
+    GPU's own, or a sweep's)."""
 
     def __init__(self, nv: Any, index: int, handle: Any, lane: Lane, once: OnceLog,
                  proc_root: str = "/proc") -> None:
@@ -79,6 +80,9 @@ class DeviceReader:
         self.index = index
         self.handle = handle
         self.lane = lane
+        # The lane whose thread makes this GPU's calls now: its own, or a sweep's
+        # (watchdog.sources.nvml.sweep); each call marks it, for the deadline.
+        self.runs_on = lane
         self.once = once
         self.proc_root = proc_root
         self.errors: list[str] = []
@@ -95,7 +99,7 @@ class DeviceReader:
         """``pynvml.<name>(handle, *args)``; None when missing; raises GpuLost."""
         if field in self.skip:
             return None
-        self.lane.enter(name)
+        self.runs_on.enter(name)
         try:
             return getattr(self.nv, name)(self.handle, *args, **kwargs)
         except self.nv.NVMLError as e:
@@ -109,7 +113,7 @@ class DeviceReader:
             return None
         if field in self.older:
             return self.call(field, older, *args)
-        self.lane.enter(name)
+        self.runs_on.enter(name)
         try:
             return getattr(self.nv, name)(self.handle, *args, **kwargs)
         except self.nv.NVMLError as e:

@@ -27,6 +27,7 @@ from watchdog.sources.nvml.errors import unavailable as _unavailable
 from watchdog.sources.nvml.gpm import GpmState
 from watchdog.sources.nvml.inventory import cuda_version, read_inventory
 from watchdog.sources.nvml.reader import DeviceReader
+from watchdog.sources.nvml.sweep import Sweep, sweeps_for
 from watchdog.sources.nvml.xid import XidWatcher
 
 # Seconds between reads of the slow group (DeviceReader._slow: violation counters, retired
@@ -44,11 +45,13 @@ class _Gpu(DeviceReader):
 
     info: DeviceInfo
     open_error: str | None = None
+    sweep: Sweep | None = None  # read with these GPUs on one lane while no call wedged
+    held: Lane | None = None  # the abandoned sweep's lane, while it is inside our call
 
     def open(self, host: str, driver: str | None, cuda: str | None) -> None:
         """Get the handle, UUID, GPM buffers and inventory (runs on the GPU's lane)."""
         nv = self.nv
-        self.lane.enter("nvmlDeviceGetHandleByIndex")
+        self.runs_on.enter("nvmlDeviceGetHandleByIndex")
         try:
             handle = nv.nvmlDeviceGetHandleByIndex(self.index)
         except nv.NVMLError as e:
@@ -96,6 +99,7 @@ class NvmlSource:
         self._sys = Lane("nvml-system")
         self._once = OnceLog()
         self._gpus: list[_Gpu] = []
+        self._sweeps: list[Sweep] = []
         self._xids: XidWatcher | None = None
         try:
             self._sys.run(nv.nvmlInit, call_timeout)
@@ -142,6 +146,11 @@ class NvmlSource:
                 g.lane.wait(job, self.call_timeout)
             except Wedged as w:
                 g.open_error = str(w)
+        self._sweeps = sweeps_for([g for g in self._gpus if g.handle is not None
+                                   and not g.lane.busy])
+        for sw in self._sweeps:
+            for g in sw.gpus:
+                g.sweep = sw
 
     def devices(self) -> list[DeviceInfo]:
         """Inventory of every GPU NVML enumerates, by index (read once at open)."""
@@ -149,37 +158,45 @@ class NvmlSource:
 
     def sample(self, now: float) -> list[Sample]:
         """One reading of every GPU, stamped ``now`` (POSIX seconds, injected clock)."""
-        jobs: dict[int, Any] = {}
         out: dict[int, Sample] = {}
         slow = now >= self._next_slow
         if slow:
             self._next_slow = now + self.slow_interval
+        own: list[_Gpu] = []  # read on their own lanes
+        swept: dict[Sweep, list[_Gpu]] = {}
         for g in self._gpus:
             uuid = g.info.uuid
-            if g.lane.busy:
-                call, since = g.lane.inflight
+            stuck = self._stuck(g)
+            if stuck is not None:
+                call, since = stuck.inflight
                 out[g.index] = Sample(now, uuid, g.index, errors=(
                     f"{call} still outstanding after {time.monotonic() - since:.0f} s: "
                     "GPU skipped",))
             elif g.handle is None:
                 out[g.index] = Sample(now, uuid, g.index, lost=g.lost_seen,
                                       errors=(g.open_error,) if g.open_error else ())
+            elif g.sweep is not None and not g.sweep.dead:
+                swept.setdefault(g.sweep, []).append(g)
             else:
-                jobs[g.index] = g.lane.submit(lambda g=g: g.read_job(slow))
-        for g in self._gpus:
-            if g.index not in jobs:
-                continue
-            uuid = g.info.uuid
+                own.append(g)
+        jobs = {g.index: g.lane.submit(lambda g=g: g.read_job(slow)) for g in own}
+        runs = [(sw, gs, results, sw.submit(gs, slow, results))
+                for sw, gs in swept.items() for results in [{}]]
+        for sw, gs, results, job in runs:
             try:
-                values, procs, errors = g.lane.wait(jobs[g.index], self.call_timeout)
-                out[g.index] = Sample(now, uuid, g.index, values, procs, errors=errors)
+                sw.lane.wait(job, self.call_timeout)
             except Wedged as w:
-                out[g.index] = Sample(now, uuid, g.index, errors=(str(w),))
-            except GpuLost as e:
-                out[g.index] = Sample(now, uuid, g.index, lost=True, errors=(str(e),))
-            except Exception as e:  # noqa: BLE001 - a bug reading one GPU must not stop all
-                out[g.index] = Sample(now, uuid, g.index,
-                                      errors=(f"reading GPU {g.index}: {type(e).__name__}: {e}",))
+                results = self._abandon(sw, gs, results, jobs, slow, out, now, w)
+            for g in gs:
+                if g.index in results:
+                    out[g.index] = self._outcome(g, now, results[g.index])
+        for g in self._gpus:
+            if g.index in jobs:
+                try:
+                    result = g.lane.wait(jobs[g.index], self.call_timeout)
+                except Exception as e:  # noqa: BLE001 - Wedged, GpuLost, a bug: one GPU's
+                    result = e
+                out[g.index] = self._outcome(g, now, result)
         if self._xids is not None:
             for g in self._gpus:
                 events = self._xids.take(g.index)
@@ -188,6 +205,49 @@ class NvmlSource:
                         XidEvent(now, g.info.uuid, g.index, code, source, message)
                         for code, message, source in events)
         return [out[g.index] for g in self._gpus]
+
+    @staticmethod
+    def _stuck(g: _Gpu) -> Lane | None:
+        """The lane still inside a call for ``g`` (its own, or the sweep it wedged in)."""
+        if g.lane.busy:
+            return g.lane
+        if g.held is not None:
+            if g.held.busy:
+                return g.held
+            g.held, g.runs_on = None, g.lane  # the stuck call returned: its own lane now
+        return None
+
+    def _abandon(self, sw: Sweep, gs: list[_Gpu], results: dict[int, Any],
+                 jobs: dict[int, Any], slow: bool, out: dict[int, Sample], now: float,
+                 w: Wedged) -> dict[int, Any]:
+        """A call in sweep ``sw`` wedged: the GPU inside it keeps the error naming the call
+        and stays held; the GPUs the sweep had not reached go to their own lanes now."""
+        held = sw.abandon()
+        done = dict(results)  # the sweep's thread may still add the held GPU's outcome
+        if held is not None:
+            if held.index in done:
+                held.runs_on = held.lane
+            else:
+                held.held = sw.lane
+                out[held.index] = Sample(now, held.info.uuid, held.index, errors=(str(w),))
+        for g in gs:
+            if g.index not in done and g.index not in out:
+                jobs[g.index] = g.lane.submit(lambda g=g: g.read_job(slow))
+        return done
+
+    @staticmethod
+    def _outcome(g: _Gpu, now: float, result: Any) -> Sample:
+        """The sample for one GPU's read: its values, or what stopped it."""
+        uuid = g.info.uuid
+        if isinstance(result, Wedged):
+            return Sample(now, uuid, g.index, errors=(str(result),))
+        if isinstance(result, GpuLost):
+            return Sample(now, uuid, g.index, lost=True, errors=(str(result),))
+        if isinstance(result, BaseException):  # a bug reading one GPU must not stop all
+            return Sample(now, uuid, g.index, errors=(
+                f"reading GPU {g.index}: {type(result).__name__}: {result}",))
+        values, procs, errors = result
+        return Sample(now, uuid, g.index, values, procs, errors=errors)
 
     @property
     def xid_watcher(self) -> XidWatcher | None:
@@ -202,12 +262,14 @@ class NvmlSource:
         if self._xids is not None:
             self._xids.close()
         for g in self._gpus:
-            if g.gpm is not None and not g.lane.busy:
+            if g.gpm is not None and self._stuck(g) is None:
                 try:
                     g.lane.run(g.gpm.free, self.call_timeout)
                 except Wedged:
                     pass
             g.lane.stop()
+        for sw in self._sweeps:
+            sw.lane.stop()
         try:
             self._sys.run(self._nv.nvmlShutdown, self.call_timeout)
         except (Wedged, self._nv.NVMLError):
