@@ -295,3 +295,19 @@ def test_a_wedged_nvml_call_pages_nvml_error_while_the_other_gpus_go_on(tmp_path
     finally:
         a.kill()
     assert "Traceback" not in a.text()
+
+
+def test_duration_ends_the_run_between_ticks(tmp_path: Path) -> None:
+    # --duration is a promise about wall time, not "after the next tick": with one tick
+    # an hour, a 3 s run still ends after about 3 s (it used to wait for the next tick)
+    a = Agent(tmp_path, "healthy", ["run", "--source", "nvml", "--interval", "1h",
+                                    "--duration", "3s"])
+    t0 = time.monotonic()
+    try:
+        assert a.proc.wait(60) == 0, a.text()
+    finally:
+        a.kill()
+    assert time.monotonic() - t0 < 40, a.text()
+    assert "watching 8 GPUs" in a.text() and "Traceback" not in a.text()
+    rc, doc = _status(tmp_path)
+    assert rc == 1 and doc["stopped_at"] and doc["ticks"] == 1

@@ -130,6 +130,12 @@ class Daemon:
                     next_beat = mono + HEARTBEAT_S
                 due = min(next_status, next_beat,
                           next_ping if self.sd.watchdog_s is not None else next_beat)
+                if self.stop_at is not None:  # --duration ends between ticks too
+                    left = (self.stop_at - self.pipeline.clock.now()) / self.speed
+                    if left <= 0:
+                        self.stop()
+                        continue
+                    due = min(due, mono + left)
                 self._wake.wait(max(due - time.monotonic(), 0.01))
                 self._wake.clear()
         finally:
