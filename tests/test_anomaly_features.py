@@ -115,12 +115,14 @@ def _random_grid(rng: np.random.Generator, T: int, G: int, with_ceil: bool) -> F
 
 @pytest.mark.parametrize("T", [3, 59, 60, 61, 66, 600, 661, 667, 668, 900])
 @pytest.mark.parametrize("with_ceil", [True, False])
-def test_last_window_equals_the_last_row_of_compute(T: int, with_ceil: bool) -> None:
-    """The daemon's short path (two slices: the window and the one LOOKBACK_S earlier)
-    gives exactly the last row of the whole-history computation, drift, holds, dead
-    windows and running-maximum ceilings included."""
-    rng = np.random.default_rng(T * 2 + with_ceil)
-    g = _random_grid(rng, T, 5, with_ceil)
+@pytest.mark.parametrize("G", [1, 5])
+def test_last_window_equals_the_last_row_of_compute(T: int, with_ceil: bool, G: int) -> None:
+    """The daemon's short path (two slices: the window and the one LOOKBACK_S earlier,
+    of which only the temperature is read) gives exactly the last row of the
+    whole-history computation, drift, holds, dead windows and running-maximum ceilings
+    included; on one GPU as on several."""
+    rng = np.random.default_rng(T * 2 + with_ceil + 10 * G)
+    g = _random_grid(rng, T, G, with_ceil)
     want = F.compute(g)[-1]
     got = F.compute_last(g)
     np.testing.assert_allclose(got, want, rtol=1e-9, atol=1e-9, equal_nan=True)
@@ -129,7 +131,7 @@ def test_last_window_equals_the_last_row_of_compute(T: int, with_ceil: bool) -> 
 
 
 def test_live_window_stacks_only_what_it_needs_and_matches_the_whole_history() -> None:
-    from watchdog.anomaly.runner import LiveAnomaly
+    from watchdog.anomaly.runner import ROW_AT, LiveAnomaly
     from watchdog.model import Sample
 
     rng = np.random.default_rng(7)
@@ -144,8 +146,16 @@ def test_live_window_stacks_only_what_it_needs_and_matches_the_whole_history() -
             values["clocks_event_reasons.active"] = float(rng.choice([0, 4, 32]))
             if rng.random() < 0.1:
                 values["utilization.gpu"] = None
+            if rng.random() < 0.02:  # a lost GPU: nothing read, whatever values it holds
+                samples.append(Sample(1_700_000_000.0 + k, f"u{i}", i, values, lost=True))
+                continue
             samples.append(Sample(1_700_000_000.0 + k, f"u{i}", i, values))
         live.add(1_700_000_000.0 + k, samples)
+        row = live.rows[-1][1]
+        for s in samples:  # a lost GPU's row is unread; a None reading is NaN
+            for m in F.METRICS:
+                want = np.nan if s.lost or s.values[m] is None else s.values[m]
+                np.testing.assert_equal(row[ROW_AT[m], s.index], want)
         if k % 97 == 0 or k > F.history_ticks(1.0) + 30:
             got = live.window()
             if got is None:

@@ -79,6 +79,7 @@ INDEX = {name: i for i, name in enumerate(FEATURES)}
 METRICS = ("utilization.gpu", "power.draw", "enforced.power.limit", "gpm.sm_activity",
            "gpm.tensor_activity", "temperature.gpu", "clocks.sm", "clocks.mem",
            "memory.used", "memory.total", "clocks_event_reasons.active")
+TEMPERATURE = ("temperature.gpu",)  # all that peer_temp_last reads
 REASON_BITS = {"frac_idle": R.GPU_IDLE, "frac_locked": R.APPLICATIONS_CLOCKS,
                "frac_power_cap": R.SW_POWER_CAP, "frac_sync_boost": R.SYNC_BOOST,
                "frac_thermal": R.THERMAL, "frac_hw_slowdown": R.HARDWARE}
@@ -329,10 +330,21 @@ def last_window(recent: Grid, lagged: Grid | None, window: float = WINDOW_S) -> 
     if lagged is None or len(lagged.t) == 0:
         now[:, k] = np.nan
     else:
-        p = INDEX["peer_temp"]
-        now[:, k] = now[:, p] - compute(lagged, window, mask_dead=False)[-1][:, p]
+        now[:, k] = now[:, INDEX["peer_temp"]] - peer_temp_last(lagged, window)
     _mask_dead(now)
     return now
+
+
+def peer_temp_last(grid: Grid, window: float = WINDOW_S) -> np.ndarray:
+    """``(G,)``: ``peer_temp`` of the window ending at ``grid``'s last tick, from the
+    temperature alone, with :func:`compute`'s operations on the same rows (so the same
+    values, bit for bit, as ``compute(grid, window, mask_dead=False)[-1]``): the drift's
+    lagged half needs nothing else, and the other 30 features cost the hook 0.1 ms."""
+    w = window_ticks(grid.step, window)
+    temp = rolling_mean(_ffill(grid.col("temperature.gpu"), hold_ticks(grid.step)), w)[-1:]
+    if temp.shape[1] < 2:
+        return np.where(np.isnan(temp), np.nan, 0.0)[0]
+    return (temp - row_median(temp))[0]
 
 
 def compute_last(grid: Grid, window: float = WINDOW_S) -> np.ndarray:

@@ -21,6 +21,7 @@ structured (z, distance outside the training range) for JSON readers.
 from __future__ import annotations
 
 import itertools
+import math
 from collections import deque
 from collections.abc import Sequence
 from typing import Any
@@ -154,6 +155,12 @@ def replay_incidents(model: Any, grid: F.Grid, rule_incidents: Sequence[Incident
     return runner.incidents, runner
 
 
+# What the live hook keeps per tick, in this order: the feature metrics, then the
+# per-GPU ceilings as of that tick (power W, SM and memory clock MHz; see F.ceilings).
+ROW = (*F.METRICS, "_power_ceil", "_sm_ceil", "_mem_ceil")
+ROW_AT = {name: k for k, name in enumerate(ROW)}
+
+
 class LiveAnomaly:
     """The daemon's hook: keeps the last window of samples and evaluates every
     ``every_s``; ``__call__(now, samples, engaged)`` returns anomaly transitions."""
@@ -166,7 +173,7 @@ class LiveAnomaly:
         self.host = host
         self.every_s = every_s
         self.w = F.window_ticks(interval)
-        self.rows: deque[tuple[float, dict[str, np.ndarray]]] = deque(
+        self.rows: deque[tuple[float, np.ndarray]] = deque(
             maxlen=F.history_ticks(interval))
         self.uuids: list[str] = []
         self.index: list[int] = []
@@ -179,28 +186,28 @@ class LiveAnomaly:
         self.model = model
         self.runner = Runner(model, self.host)
 
-    def _row(self, samples: Sequence[Any]) -> dict[str, np.ndarray] | None:
+    def _row(self, samples: Sequence[Any]) -> np.ndarray:
+        """``(len(ROW), G)``: this tick's readings of :data:`ROW` (NaN = not read, and
+        every metric of a lost GPU), then the per-GPU ceilings as of this tick."""
         uuids = [s.uuid for s in samples]
         if uuids != self.uuids:  # GPUs changed: start the window again
             self.uuids, self.index = uuids, [s.index for s in samples]
             self.rows.clear()
             self._ceil = {}
-        row = {m: np.array([np.nan if s.lost or s.values.get(m) is None
-                            else float(s.values[m]) for s in samples]) for m in F.METRICS}
+        lost = [math.nan] * len(F.METRICS)  # one 2-D conversion (None -> NaN) per tick
+        vals = np.array([lost if s.lost else list(map(s.values.get, F.METRICS))
+                         for s in samples], dtype=np.float64).T
         for key, metric in (("power", "power.draw"), ("sm", "clocks.sm"), ("mem", "clocks.mem")):
             prev = self._ceil.get(key, np.full(len(uuids), np.nan))
-            self._ceil[key] = np.fmax(prev, row[metric])
-        limit = row["enforced.power.limit"]
-        row["_power_ceil"] = np.where(np.isnan(limit), self._ceil["power"], limit)
-        row["_sm_ceil"], row["_mem_ceil"] = self._ceil["sm"].copy(), self._ceil["mem"].copy()
-        return row
+            self._ceil[key] = np.fmax(prev, vals[ROW_AT[metric]])
+        limit = vals[ROW_AT["enforced.power.limit"]]
+        power = np.where(np.isnan(limit), self._ceil["power"], limit)
+        return np.vstack([vals, power, self._ceil["sm"], self._ceil["mem"]])
 
     def add(self, now: float, samples: Sequence[Any]) -> None:
         """Add this tick's samples to the window."""
         if samples:
-            row = self._row(samples)
-            assert row is not None
-            self.rows.append((now, row))
+            self.rows.append((now, self._row(samples)))
 
     def window(self) -> np.ndarray | None:
         """``(G, F)`` features of the window ending at the last tick, or None.
@@ -212,15 +219,17 @@ class LiveAnomaly:
         if n < self.w:
             return None
         now, before = F.tail_spans(n, self.interval)
-        return F.last_window(self._grid(*now),
-                             self._grid(*before) if before is not None else None)
+        return F.last_window(self._grid(*now), self._grid(*before, F.TEMPERATURE)
+                             if before is not None else None)
 
-    def _grid(self, lo: int, hi: int) -> F.Grid:
+    def _grid(self, lo: int, hi: int, metrics: tuple[str, ...] = F.METRICS) -> F.Grid:
+        """Rows ``lo:hi`` of the window as a grid of ``metrics`` (with the ceilings when
+        all are asked for; the drift's lagged slice needs only the temperature)."""
         rows = list(itertools.islice(self.rows, lo, hi))
-        data = {m: np.stack([r[m] for _, r in rows]) for m in F.METRICS}
-        ceil = {"power": np.stack([r["_power_ceil"] for _, r in rows]),
-                "sm": np.stack([r["_sm_ceil"] for _, r in rows]),
-                "mem": np.stack([r["_mem_ceil"] for _, r in rows])}
+        block = np.stack([r for _, r in rows], axis=1)  # (len(ROW), T, G), one copy
+        data = {m: block[ROW_AT[m]] for m in metrics}
+        ceil = {k: block[ROW_AT[f"_{k}_ceil"]] for k in ("power", "sm", "mem")
+                } if metrics == F.METRICS else {}
         return F.Grid(np.array([t for t, _ in rows]), self.interval, self.uuids,
                       self.index, data, ceil)
 

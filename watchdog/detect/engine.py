@@ -185,9 +185,14 @@ class Detector:
             "index": np.array([s.index for s in samples], dtype=np.int64),
             "lost": np.array([s.lost for s in samples], dtype=bool),
         }
-        names = {k for s in samples for k in s.values if k in catalogue.BY_NAME}
-        for name in names:
-            cols[name] = np.array([_f(s.values.get(name)) for s in samples], dtype=np.float64)
+        seen: set[str] = set()
+        for s in samples:
+            seen.update(s.values)
+        names = sorted(k for k in seen if k in catalogue.BY_NAME)
+        if names:  # one 2-D conversion (None -> NaN), not one list per metric
+            grid = np.array([list(map(s.values.get, names)) for s in samples],
+                            dtype=np.float64).T.copy()
+            cols.update(zip(names, grid, strict=True))
         for s in samples:
             self._xids.extend(s.xids)
         self._feed(cols, hold=False)
@@ -612,10 +617,6 @@ def _names(node: Any) -> set[str]:
     for c in children(node):
         out |= _names(c)
     return out
-
-
-def _f(v: float | None) -> float:
-    return math.nan if v is None else float(v)
 
 
 def _opt(v: float) -> float | None:
