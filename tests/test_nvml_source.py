@@ -139,6 +139,23 @@ def test_gpm_needs_two_samples(source, clock):
     assert 87.0 < second.values["gpm.sm_activity"] < 89.0
 
 
+def test_gpm_sampled_every_gpm_interval_and_carried_between(source, fake, clock):
+    # the first two samples a tick apart (values from the second read on), then one every
+    # GPM_INTERVAL (5 s) whose averages are carried forward until the next
+    from watchdog.sources.nvml.source import GPM_INTERVAL
+
+    assert GPM_INTERVAL == 5.0
+    seen = []
+    for _ in range(12):
+        seen.append(source.sample(clock.now())[3].values["gpm.sm_activity"])
+        clock.advance(1.0)
+    assert seen[0] is None and None not in seen[1:]
+    assert fake.calls["nvmlGpmSampleGet"] == 8 * 4  # at 0, 1, 5 and 10 s
+    assert fake.calls["nvmlGpmMetricsGet"] == 8 * 3
+    assert seen[1] == seen[2] == seen[3] == seen[4] != seen[5]
+    assert seen[5] == seen[6] == seen[7] == seen[8] == seen[9] != seen[10] == seen[11]
+
+
 def test_field_values_batched_in_one_call(source, fake, clock):
     source.sample(clock.now())
     assert fake.calls["nvmlDeviceGetFieldValues"] == 16  # urgent + slow group, per GPU

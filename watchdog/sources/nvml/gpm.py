@@ -1,10 +1,13 @@
 """GPM metrics (Hopper and newer): SM activity and occupancy, tensor activity, DRAM bandwidth.
 
 GPM metrics are computed *between two samples* taken with ``nvmlGpmSampleGet``. Each GPU
-keeps its previous sample: every read takes a new one and, when a previous one exists,
-asks ``nvmlGpmMetricsGet`` for the interval between them, then swaps the two buffers. The
-first read of a GPU therefore reports these metrics as missing (None), and each later read
-covers exactly the time since the previous sample — the same window as the other values.
+keeps its previous sample: a read that is due takes a new one and, when a previous one
+exists, asks ``nvmlGpmMetricsGet`` for the interval between them, then swaps the two
+buffers; the metrics are averages over that interval. Samples are due every
+``GPM_INTERVAL`` (``watchdog.sources.nvml.source``); a read in between carries the last
+metrics forward, the way the slow group's readings are. The first read of a GPU reports
+the metrics as missing (None), and the next read samples again whether due or not, so
+values arrive a tick after start (and a tick after a failed sample) as before.
 """
 
 from __future__ import annotations
@@ -29,6 +32,7 @@ class GpmState:
         self.prev = prev
         self.cur = cur
         self.have_prev = False
+        self.last: dict[str, float | None] | None = None  # metrics carried forward
 
     @classmethod
     def open(cls, reader: DeviceReader) -> GpmState | None:
@@ -44,10 +48,14 @@ class GpmState:
             reader.classify("gpm", "nvmlGpmSampleAlloc", e)
             return None
 
-    def read(self, reader: DeviceReader) -> dict[str, float | None]:
+    def read(self, reader: DeviceReader, due: bool = True) -> dict[str, float | None]:
+        """The metrics since the previous sample when ``due`` (or when none are known
+        yet), else the last ones again."""
+        if not due and self.last is not None:
+            return self.last
         out: dict[str, float | None] = {name: None for _, name in METRICS}
         if reader.call("gpm", "nvmlGpmSampleGet", self.cur) is None:
-            self.have_prev = False
+            self.have_prev, self.last = False, None
             return out
         if self.have_prev:
             nv = self.nv
@@ -66,6 +74,7 @@ class GpmState:
                 for k, (_, name) in enumerate(METRICS):
                     m = mg.metrics[k]
                     out[name] = float(m.value) if m.nvmlReturn == 0 else None
+                self.last = out
         self.prev, self.cur = self.cur, self.prev
         self.have_prev = True
         return out

@@ -136,12 +136,13 @@ class DeviceReader:
         return None
 
     # --- one sample -----------------------------------------------------------------------
-    def read(self, slow: bool = True
+    def read(self, slow: bool = True, gpm: bool = True
              ) -> tuple[dict[str, float | None], tuple[ProcessInfo, ...] | None]:
         """Values keyed by catalogue name and the running compute processes.
 
         ``slow``: also re-read the slow group (:meth:`_slow`); otherwise its last values
-        are carried forward (the first read always reads it).
+        are carried forward (the first read always reads it). ``gpm``: take a GPM sample
+        (:meth:`GpmState.read`); otherwise the last GPM metrics are carried forward.
         """
         self.errors = []
         nv = self.nv
@@ -160,7 +161,7 @@ class DeviceReader:
         v.update(self.slow_values)
         self._fields(v, "field_values", FIELDS, FIELD_IDS)
         if self.gpm is not None:
-            v.update(self.gpm.read(self))
+            v.update(self.gpm.read(self, gpm))
         else:  # every catalogue metric is present; missing ones are None
             v.update({name: None for _, name in GPM_METRICS})
         procs = self._processes()

@@ -37,6 +37,13 @@ from watchdog.sources.nvml.xid import XidWatcher
 # and a power limit or link width is at most 10 s stale.
 SLOW_INTERVAL = 10.0
 
+# Seconds between GPM samples (watchdog.sources.nvml.gpm): SM, tensor and DRAM activity are
+# averages over the interval between two samples, so one 5 s average says what five 1 s
+# ones do about the 15 s and 60 s means the rules and the model take of them, 5 s later at
+# most (comm_hang waits 90 s or more; dcgm-exporter collects these every 30 s by
+# default). Carried forward in between; the first two samples are a tick apart.
+GPM_INTERVAL = 5.0
+
 _Read = tuple[dict[str, float | None], tuple[ProcessInfo, ...] | None, tuple[str, ...]]
 
 
@@ -68,8 +75,8 @@ class _Gpu(DeviceReader):
         except GpuLost:
             self.lost_seen = True
 
-    def read_job(self, slow: bool = True) -> _Read:
-        values, procs = self.read(slow)
+    def read_job(self, slow: bool = True, gpm: bool = True) -> _Read:
+        values, procs = self.read(slow, gpm)
         return values, procs, tuple(self.errors)
 
 
@@ -83,7 +90,8 @@ class NvmlSource:
 
     def __init__(self, host: str | None = None, call_timeout: float = 2.0, *,
                  kmsg_path: str = "/dev/kmsg", proc_root: str = "/proc",
-                 slow_interval: float = SLOW_INTERVAL) -> None:
+                 slow_interval: float = SLOW_INTERVAL,
+                 gpm_interval: float = GPM_INTERVAL) -> None:
         try:
             import pynvml as nv
         except ImportError as e:
@@ -93,7 +101,8 @@ class NvmlSource:
         self.host = host or socket.gethostname()
         self.call_timeout = call_timeout
         self.slow_interval = slow_interval
-        self._next_slow = float("-inf")
+        self.gpm_interval = gpm_interval
+        self._next_slow = self._next_gpm = float("-inf")
         self._nv = nv
         self._closed = False
         self._sys = Lane("nvml-system")
@@ -159,9 +168,15 @@ class NvmlSource:
     def sample(self, now: float) -> list[Sample]:
         """One reading of every GPU, stamped ``now`` (POSIX seconds, injected clock)."""
         out: dict[int, Sample] = {}
-        slow = now >= self._next_slow
+        slow, gpm = now >= self._next_slow, now >= self._next_gpm
         if slow:
             self._next_slow = now + self.slow_interval
+        if gpm:
+            self._next_gpm = now + self.gpm_interval
+
+        def read(g: _Gpu) -> _Read:
+            return g.read_job(slow, gpm)
+
         own: list[_Gpu] = []  # read on their own lanes
         swept: dict[Sweep, list[_Gpu]] = {}
         for g in self._gpus:
@@ -179,14 +194,14 @@ class NvmlSource:
                 swept.setdefault(g.sweep, []).append(g)
             else:
                 own.append(g)
-        jobs = {g.index: g.lane.submit(lambda g=g: g.read_job(slow)) for g in own}
-        runs = [(sw, gs, results, sw.submit(gs, slow, results))
+        jobs = {g.index: g.lane.submit(lambda g=g: read(g)) for g in own}
+        runs = [(sw, gs, results, sw.submit(gs, read, results))
                 for sw, gs in swept.items() for results in [{}]]
         for sw, gs, results, job in runs:
             try:
                 sw.lane.wait(job, self.call_timeout)
             except Wedged as w:
-                results = self._abandon(sw, gs, results, jobs, slow, out, now, w)
+                results = self._abandon(sw, gs, results, jobs, read, out, now, w)
             for g in gs:
                 if g.index in results:
                     out[g.index] = self._outcome(g, now, results[g.index])
@@ -218,7 +233,7 @@ class NvmlSource:
         return None
 
     def _abandon(self, sw: Sweep, gs: list[_Gpu], results: dict[int, Any],
-                 jobs: dict[int, Any], slow: bool, out: dict[int, Sample], now: float,
+                 jobs: dict[int, Any], read: Any, out: dict[int, Sample], now: float,
                  w: Wedged) -> dict[int, Any]:
         """A call in sweep ``sw`` wedged: the GPU inside it keeps the error naming the call
         and stays held; the GPUs the sweep had not reached go to their own lanes now."""
@@ -232,7 +247,7 @@ class NvmlSource:
                 out[held.index] = Sample(now, held.info.uuid, held.index, errors=(str(w),))
         for g in gs:
             if g.index not in done and g.index not in out:
-                jobs[g.index] = g.lane.submit(lambda g=g: g.read_job(slow))
+                jobs[g.index] = g.lane.submit(lambda g=g: read(g))
         return done
 
     @staticmethod

@@ -20,6 +20,7 @@ GPUs and one tick a second is tens of milliseconds on real drivers.
 from __future__ import annotations
 
 import threading
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from watchdog.sources.nvml.deadline import Job, Lane
@@ -45,13 +46,15 @@ class Sweep:
         for g in gpus:
             g.runs_on = self.lane
 
-    def submit(self, gpus: list[Any], slow: bool, results: dict[int, Any]) -> Job:
-        """Start reading ``gpus`` (a subset of this sweep's, in order); each GPU's outcome
-        (``read_job``'s result, or the exception it raised) lands in ``results`` by index
-        as soon as it is known, so a wedge later in the sweep loses nothing read before."""
-        return self.lane.submit(lambda: self._run(gpus, slow, results))
+    def submit(self, gpus: list[Any], read: Callable[[Any], Any],
+               results: dict[int, Any]) -> Job:
+        """Start ``read(g)`` for each of ``gpus`` (a subset of this sweep's, in order);
+        each GPU's outcome (the result, or the exception it raised) lands in ``results`` by
+        index as soon as it is known, so a wedge later in the sweep loses nothing before."""
+        return self.lane.submit(lambda: self._run(gpus, read, results))
 
-    def _run(self, gpus: list[Any], slow: bool, results: dict[int, Any]) -> None:
+    def _run(self, gpus: list[Any], read: Callable[[Any], Any],
+             results: dict[int, Any]) -> None:
         try:
             for g in gpus:
                 with self._lock:
@@ -59,7 +62,7 @@ class Sweep:
                         return
                     self._current = g
                 try:
-                    results[g.index] = g.read_job(slow)
+                    results[g.index] = read(g)
                 except Exception as e:  # noqa: BLE001 - the waiter turns it into the sample
                     results[g.index] = e
         finally:
