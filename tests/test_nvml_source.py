@@ -141,19 +141,35 @@ def test_gpm_needs_two_samples(source, clock):
 
 def test_gpm_sampled_every_gpm_interval_and_carried_between(source, fake, clock):
     # the first two samples a tick apart (values from the second read on), then one every
-    # GPM_INTERVAL (5 s) whose averages are carried forward until the next
+    # GPM_INTERVAL (2 s) whose averages are carried forward until the next
     from watchdog.sources.nvml.source import GPM_INTERVAL
 
-    assert GPM_INTERVAL == 5.0
+    assert GPM_INTERVAL == 2.0
     seen = []
-    for _ in range(12):
+    for _ in range(8):
         seen.append(source.sample(clock.now())[3].values["gpm.sm_activity"])
         clock.advance(1.0)
     assert seen[0] is None and None not in seen[1:]
-    assert fake.calls["nvmlGpmSampleGet"] == 8 * 4  # at 0, 1, 5 and 10 s
-    assert fake.calls["nvmlGpmMetricsGet"] == 8 * 3
-    assert seen[1] == seen[2] == seen[3] == seen[4] != seen[5]
-    assert seen[5] == seen[6] == seen[7] == seen[8] == seen[9] != seen[10] == seen[11]
+    assert fake.calls["nvmlGpmSampleGet"] == 8 * 5  # at 0, 1, 2, 4 and 6 s
+    assert fake.calls["nvmlGpmMetricsGet"] == 8 * 4
+    assert seen[1] != seen[2] == seen[3] != seen[4] == seen[5] != seen[6] == seen[7]
+
+
+def test_processes_listed_every_procs_interval_and_carried_between(source, fake, clock):
+    from watchdog.sources.nvml.source import PROCS_INTERVAL
+
+    assert PROCS_INTERVAL == 5.0
+    seen = []
+    for _ in range(11):
+        s = source.sample(clock.now())[0]
+        seen.append((s.processes, s.values["processes.serving"]))
+        clock.advance(1.0)
+    # at 0, 5 and 10 s; nvidia-ml-py asks the library twice (the count, then the list)
+    assert fake.calls["nvmlDeviceGetComputeRunningProcesses_v3"] == 2 * 8 * 3
+    assert seen[0][0] and all(x == seen[0] for x in seen)  # the same job, carried
+    from watchdog.serving import serving_value
+
+    assert seen[0][1] == serving_value(seen[0][0])  # the flag of the listing it carries
 
 
 def test_field_values_batched_in_one_call(source, fake, clock):

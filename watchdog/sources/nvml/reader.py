@@ -94,6 +94,8 @@ class DeviceReader:
         self.older: set[str] = set()
         self.procs: dict[int, ProcessInfo] = {}  # pid -> /proc details seen last tick
         self.slow_values: dict[str, float | None] = {}  # the slow group's last reading
+        self.last_procs: tuple[ProcessInfo, ...] | None = None  # the last listing
+        self.serving: float | None = None  # processes.serving of that listing
 
     def call(self, field: str, name: str, *args: Any, **kwargs: Any) -> Any:
         """``pynvml.<name>(handle, *args)``; None when missing; raises GpuLost."""
@@ -136,13 +138,15 @@ class DeviceReader:
         return None
 
     # --- one sample -----------------------------------------------------------------------
-    def read(self, slow: bool = True, gpm: bool = True
+    def read(self, slow: bool = True, gpm: bool = True, procs: bool = True
              ) -> tuple[dict[str, float | None], tuple[ProcessInfo, ...] | None]:
         """Values keyed by catalogue name and the running compute processes.
 
         ``slow``: also re-read the slow group (:meth:`_slow`); otherwise its last values
         are carried forward (the first read always reads it). ``gpm``: take a GPM sample
         (:meth:`GpmState.read`); otherwise the last GPM metrics are carried forward.
+        ``procs``: list the compute processes again; otherwise the last list (and its
+        ``processes.serving``) is carried forward, unless the last listing failed.
         """
         self.errors = []
         nv = self.nv
@@ -164,9 +168,11 @@ class DeviceReader:
             v.update(self.gpm.read(self, gpm))
         else:  # every catalogue metric is present; missing ones are None
             v.update({name: None for _, name in GPM_METRICS})
-        procs = self._processes()
-        v["processes.serving"] = serving_value(procs)  # stall waits: servers idle by design
-        return v, procs
+        if procs or self.last_procs is None:
+            self.last_procs = self._processes()
+            self.serving = serving_value(self.last_procs)  # stall waits: servers idle by design
+        v["processes.serving"] = self.serving
+        return v, self.last_procs
 
     def _slow(self) -> dict[str, float | None]:
         """The slow group: 16 calls no rule needs every tick, read on their own schedule.

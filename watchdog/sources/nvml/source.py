@@ -38,11 +38,15 @@ from watchdog.sources.nvml.xid import XidWatcher
 SLOW_INTERVAL = 10.0
 
 # Seconds between GPM samples (watchdog.sources.nvml.gpm): SM, tensor and DRAM activity are
-# averages over the interval between two samples, so one 5 s average says what five 1 s
-# ones do about the 15 s and 60 s means the rules and the model take of them, 5 s later at
-# most (comm_hang waits 90 s or more; dcgm-exporter collects these every 30 s by
-# default). Carried forward in between; the first two samples are a tick apart.
-GPM_INTERVAL = 5.0
+# averages over the interval between two samples, carried forward in between (the first
+# two samples are a tick apart). Two seconds halves the GPM calls and moves the real H100
+# spin hang's comm_hang (../docs/agent-cost.md) 0-1 s later than 1 Hz samples do; 5 s
+# moved it 3-4 s, which the rule's "within a minute of the longest wait" cannot spare.
+GPM_INTERVAL = 2.0
+# Seconds between listings of the compute processes (carried forward in between, like the
+# slow group): they name the job in a page and mark serving processes, which the stall
+# rule takes the maximum of over 30 s; a job's processes change on a scale of minutes.
+PROCS_INTERVAL = 5.0
 
 _Read = tuple[dict[str, float | None], tuple[ProcessInfo, ...] | None, tuple[str, ...]]
 
@@ -75,9 +79,9 @@ class _Gpu(DeviceReader):
         except GpuLost:
             self.lost_seen = True
 
-    def read_job(self, slow: bool = True, gpm: bool = True) -> _Read:
-        values, procs = self.read(slow, gpm)
-        return values, procs, tuple(self.errors)
+    def read_job(self, slow: bool = True, gpm: bool = True, procs: bool = True) -> _Read:
+        values, procs_ = self.read(slow, gpm, procs)
+        return values, procs_, tuple(self.errors)
 
 
 class NvmlSource:
@@ -91,7 +95,8 @@ class NvmlSource:
     def __init__(self, host: str | None = None, call_timeout: float = 2.0, *,
                  kmsg_path: str = "/dev/kmsg", proc_root: str = "/proc",
                  slow_interval: float = SLOW_INTERVAL,
-                 gpm_interval: float = GPM_INTERVAL) -> None:
+                 gpm_interval: float = GPM_INTERVAL,
+                 procs_interval: float = PROCS_INTERVAL) -> None:
         try:
             import pynvml as nv
         except ImportError as e:
@@ -102,7 +107,8 @@ class NvmlSource:
         self.call_timeout = call_timeout
         self.slow_interval = slow_interval
         self.gpm_interval = gpm_interval
-        self._next_slow = self._next_gpm = float("-inf")
+        self.procs_interval = procs_interval
+        self._next_slow = self._next_gpm = self._next_procs = float("-inf")
         self._nv = nv
         self._closed = False
         self._sys = Lane("nvml-system")
@@ -168,14 +174,17 @@ class NvmlSource:
     def sample(self, now: float) -> list[Sample]:
         """One reading of every GPU, stamped ``now`` (POSIX seconds, injected clock)."""
         out: dict[int, Sample] = {}
-        slow, gpm = now >= self._next_slow, now >= self._next_gpm
+        slow, gpm, procs = (now >= self._next_slow, now >= self._next_gpm,
+                            now >= self._next_procs)
         if slow:
             self._next_slow = now + self.slow_interval
         if gpm:
             self._next_gpm = now + self.gpm_interval
+        if procs:
+            self._next_procs = now + self.procs_interval
 
         def read(g: _Gpu) -> _Read:
-            return g.read_job(slow, gpm)
+            return g.read_job(slow, gpm, procs)
 
         own: list[_Gpu] = []  # read on their own lanes
         swept: dict[Sweep, list[_Gpu]] = {}
