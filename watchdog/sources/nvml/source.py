@@ -1,14 +1,15 @@
 """``NvmlSource``: the live ``nvml`` metric source (a :class:`~watchdog.sources.base.LiveSource`).
 
 Opening runs ``nvmlInit`` and the inventory under deadlines (a system lane, then one lane
-per GPU, in parallel). ``sample(now)`` submits one read job per GPU to its lane and waits
-for all of them (one batch per GPU per tick: a single thread handoff, not one per call),
-each NVML call bounded by ``call_timeout`` seconds: a wedged call marks that GPU's sample
-with an error naming the call and the GPU is skipped (with an error) until the stuck call
-returns; the other GPUs are unaffected. Slow-changing readings (the slow group, see
-``SLOW_INTERVAL``) are re-read every ``slow_interval`` seconds of the injected clock and
-carried forward in between. The caller owns the clock:
-``now`` stamps the samples and the XID events they hand out.
+per GPU, in parallel). ``sample(now)`` hands each sweep of up to 8 GPUs to its lane as one
+job (:mod:`watchdog.sources.nvml.sweep`: one thread hand-off per tick, the GPUs read in
+turn) and waits for it, each NVML call bounded by ``call_timeout`` seconds: a wedged call
+marks that GPU's sample with an error naming the call and the GPU is skipped (with an
+error) until the stuck call returns; the other GPUs are read on their own lanes from then
+on, unaffected. Readings that need not be fresh every tick are re-read on their own
+cadence of the injected clock and carried forward in between: the slow group every
+``SLOW_INTERVAL``, GPM every ``GPM_INTERVAL``, the process list every ``PROCS_INTERVAL``.
+The caller owns the clock: ``now`` stamps the samples and the XID events they hand out.
 
 No pandas or scikit-learn here: this is on the ``watchdog check`` start-up path.
 """
