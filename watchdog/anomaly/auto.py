@@ -141,8 +141,11 @@ class DaemonModel:
         log.info("anomaly model %s loaded: threshold %.3f, trained on %s", path,
                  model.threshold, model.gpu_model)
         if self.coarse:
-            log.warning("anomaly %s; refitting after %.0f busy minutes", train.coarse_note(model),
-                        self.settings.baseline_s / 60.0)
+            self._warn_coarse(model)
+
+    def _warn_coarse(self, model: Any) -> None:
+        log.warning("anomaly %s; refitting after %.0f more busy minutes",
+                    train.coarse_note(model), self.settings.baseline_s / 60.0)
 
     def _collect(self, now: float, engaged: set[str]) -> None:
         """Every :data:`EVERY_S`: keep the window's features unless a rule is engaged."""
@@ -212,8 +215,7 @@ class DaemonModel:
                      "to %s", int(stats["windows"]), stats["fit_s"], model.threshold,
                      self.state_file)
             if train.coarse(model):
-                log.warning("anomaly %s; refitting after %.0f more busy minutes",
-                            train.coarse_note(model), self.settings.baseline_s / 60.0)
+                self._warn_coarse(model)
             self._fitted = (model, now, busy_min)
         except Exception as e:  # noqa: BLE001 - a failed fit must not stop the agent
             self.error = f"fit failed: {type(e).__name__}: {e}"

@@ -2,13 +2,13 @@
 
 The event thread registers ``nvmlEventTypeXidCriticalError`` for every GPU and blocks in
 ``nvmlEventSetWait_v2`` (2 s at a time: each wake-up with nothing to report costs about
-0.28 ms of CPU, mostly nvidia-ml-py raising its timeout error, so 500 ms slices cost
-0.55 ms a second and 2 s slices 0.13 ms; ``close()`` returns within about 2 s; an event
-arriving mid-wait returns the call at once, so the slice length adds no delivery latency). Events are
-queued per GPU index and handed out with that GPU's next sample. Timestamp choice: an
-XID gets the injected-clock time of the sample that hands it out (the event thread never
-reads a clock), so XIDs are at most one sampling interval late and always consistent with
-the sample stream, in replay as in live mode.
+0.28 ms of CPU, mostly nvidia-ml-py raising its timeout error, so 500 ms slices cost 0.55
+ms a second and 2 s slices 0.13 ms; ``close()`` returns within about 2 s; an event
+arriving mid-wait returns the call at once, so the slice length adds no delivery latency).
+Events are queued per GPU index and handed out with that GPU's next sample. Timestamp
+choice: an XID gets the injected-clock time of the sample that hands it out (the event
+thread never reads a clock), so XIDs are at most one sampling interval late and always
+consistent with the sample stream, in replay as in live mode.
 
 When event sets are unsupported (no GPU could register), the source falls back to
 ``NVRM: Xid`` lines in the kernel log (``/dev/kmsg``, opened non-blocking at start and

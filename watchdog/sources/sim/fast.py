@@ -180,52 +180,46 @@ def _states(job: Any, t: np.ndarray) -> dict[str, np.ndarray]:
     return st
 
 
-class _Slow:
-    """The node's slow state (temperature, energy, limiter seconds) at grid point ``k``,
-    read from and written back to the :class:`~watchdog.sources.sim.node.SimNode`."""
+def _integrate(node: Any, power: np.ndarray, reasons: np.ndarray, limit_c: float
+               ) -> dict[str, np.ndarray] | None:
+    """The node's slow state (temperature, energy, limiter seconds) at each of the block's
+    K ticks (before that tick's step), read from and written back to the
+    :class:`~watchdog.sources.sim.node.SimNode`; advances the node past the block. None
+    (node untouched) where a GPU reaches ``limit_c``, the thermal controller's threshold."""
+    job = node.job
+    K, n = power.shape
+    a = math.exp(-DT / job.model.tau_s)
+    temp = np.empty((K + 1, n))
+    for g in range(n):
+        tss = (job.ambient_c[g] + job.c_per_w[g] * 1.0 * power[:, g]).tolist()
+        x = node.temp[g]
+        col = [x]
+        cap = node.cap_c
+        for s in tss:
+            x = min(cap, s + (x - s) * a)
+            col.append(x)
+        temp[:, g] = col
+    if (temp[:K] >= limit_c).any():
+        return None
 
-    def __init__(self, node: Any) -> None:
-        self.node = node
+    def counter(start: list[float], step: np.ndarray) -> np.ndarray:
+        acc = np.empty((K + 1, n))
+        acc[0] = start
+        acc[1:] = step
+        return np.cumsum(acc, axis=0)  # sequential, as += per tick
 
-    def integrate(self, power: np.ndarray, reasons: np.ndarray, limit_c: float
-                  ) -> dict[str, np.ndarray] | None:
-        """The slow state at each of the block's K ticks (before that tick's step);
-        advances the node past the block. None (node untouched) where a GPU reaches
-        ``limit_c``, the thermal controller's threshold."""
-        node, job = self.node, self.node.job
-        K, n = power.shape
-        a = math.exp(-DT / job.model.tau_s)
-        temp = np.empty((K + 1, n))
-        for g in range(n):
-            tss = (job.ambient_c[g] + job.c_per_w[g] * 1.0 * power[:, g]).tolist()
-            x = node.temp[g]
-            col = [x]
-            cap = node.cap_c
-            for s in tss:
-                x = min(cap, s + (x - s) * a)
-                col.append(x)
-            temp[:, g] = col
-        if (temp[:K] >= limit_c).any():
-            return None
-
-        def counter(start: list[float], step: np.ndarray) -> np.ndarray:
-            acc = np.empty((K + 1, n))
-            acc[0] = start
-            acc[1:] = step
-            return np.cumsum(acc, axis=0)  # sequential, as += per tick
-
-        out = {"temp": temp[:K],
-               "energy": counter(node.energy, power * DT),
-               "v_power": counter(node.v_power, np.where(reasons & R.SW_POWER_CAP, DT, 0.0)),
-               "v_thermal": counter(node.v_thermal, np.where(reasons & R.THERMAL, DT, 0.0)),
-               "v_sync": counter(node.v_sync, np.where(reasons & R.SYNC_BOOST, DT, 0.0))}
-        node.temp = temp[K].tolist()
-        for name in ("energy", "v_power", "v_thermal", "v_sync"):
-            setattr(node, name, out[name][K].tolist())
-            out[name] = out[name][:K]
-        node.k += K
-        node._grid = None
-        return out
+    out = {"temp": temp[:K],
+           "energy": counter(node.energy, power * DT),
+           "v_power": counter(node.v_power, np.where(reasons & R.SW_POWER_CAP, DT, 0.0)),
+           "v_thermal": counter(node.v_thermal, np.where(reasons & R.THERMAL, DT, 0.0)),
+           "v_sync": counter(node.v_sync, np.where(reasons & R.SYNC_BOOST, DT, 0.0))}
+    node.temp = temp[K].tolist()
+    for name in ("energy", "v_power", "v_thermal", "v_sync"):
+        setattr(node, name, out[name][K].tolist())
+        out[name] = out[name][:K]
+    node.k += K
+    node._grid = None
+    return out
 
 
 def _ecc(node: Any, t: np.ndarray) -> np.ndarray:
@@ -247,7 +241,7 @@ def block(src: Any, i0: int, count: int) -> dict[str, np.ndarray] | None:
     ts = src.start + np.arange(i0, i0 + count, dtype=np.int64).astype(np.float64) * DT
     t = ts - src.start
     st = _states(src.job, t)
-    slow = _Slow(src.node).integrate(st["power"], st["reasons"], m.temp_max_operating_c - 1.0)
+    slow = _integrate(src.node, st["power"], st["reasons"], m.temp_max_operating_c - 1.0)
     if slow is None:
         return None
     shape = st["power"].shape
