@@ -5,6 +5,7 @@ from __future__ import annotations
 import logging
 import subprocess
 import sys
+import time
 
 import pytest
 
@@ -376,3 +377,31 @@ def test_import_and_source_do_not_load_pandas():
                          timeout=60)
     assert out.returncode == 0, out.stderr
     assert out.stdout.strip() == "[]"
+
+
+def test_xid_waits_short_slices_first_so_a_one_shot_reader_closes_at_once(fake, tmp_path):
+    # `watchdog check` closes the source a second or so after opening it, and close()
+    # waits for the XID thread's slice inside nvmlEventSetWait_v2 to end
+    s = NvmlSource(kmsg_path=str(tmp_path / "x"))
+    w = s.xid_watcher
+    assert w is not None and w.ready.wait(5) and w.mode == "nvml"
+    time.sleep(0.6)
+    t0 = time.monotonic()
+    s.close()
+    assert time.monotonic() - t0 < 0.5
+    assert 3 <= fake.calls["nvmlEventSetWait_v2"] <= 10  # 100 ms slices
+
+
+def test_xid_waits_wait_ms_at_a_time_once_settled(fake, tmp_path, monkeypatch):
+    # a long-lived agent pays for a wake-up every 2 s, not every 100 ms
+    from watchdog.sources.nvml import xid
+
+    monkeypatch.setattr(xid, "SETTLE_S", 0.0)
+    s = NvmlSource(kmsg_path=str(tmp_path / "x"))
+    try:
+        w = s.xid_watcher
+        assert w is not None and w.ready.wait(5) and w.mode == "nvml"
+        time.sleep(1.0)
+        assert fake.calls["nvmlEventSetWait_v2"] == 1  # one 2 s slice, still waiting
+    finally:
+        s.close()

@@ -3,7 +3,8 @@
 The event thread registers ``nvmlEventTypeXidCriticalError`` for every GPU and blocks in
 ``nvmlEventSetWait_v2`` (2 s at a time: each wake-up with nothing to report costs about
 0.28 ms of CPU, mostly nvidia-ml-py raising its timeout error, so 500 ms slices cost 0.55
-ms a second and 2 s slices 0.13 ms; ``close()`` returns within about 2 s; an event
+ms a second and 2 s slices 0.13 ms; the first 10 s use 100 ms slices, so ``close()``
+returns at once for a one-shot ``watchdog check`` and within about 2 s later on; an event
 arriving mid-wait returns the call at once, so the slice length adds no delivery latency).
 Events are queued per GPU index and handed out with that GPU's next sample. Timestamp
 choice: an XID gets the injected-clock time of the sample that hands it out (the event
@@ -23,6 +24,7 @@ import ctypes
 import os
 import re
 import threading
+import time
 from typing import Any
 
 from watchdog.sources.nvml.errors import log
@@ -105,6 +107,12 @@ class KmsgReader:
         if self._fd is not None:
             os.close(self._fd)
             self._fd = None
+
+
+# The first SETTLE_S seconds wait FIRST_WAIT_MS at a time, then ``wait_ms`` (2 s): a
+# one-shot reader closes at once, a daemon pays for 0.5 wake-ups a second.
+SETTLE_S = 10.0
+FIRST_WAIT_MS = 100
 
 
 class XidWatcher:
@@ -205,16 +213,21 @@ class XidWatcher:
         nv = self._nvml
         by_addr = {ctypes.cast(h, ctypes.c_void_p).value: i for i, h in self._handles.items()}
         logged: set[int | None] = set()
+        settled = time.monotonic() + SETTLE_S
         while not self._stop.is_set():
+            # short slices while the source may be a one-shot reader (``watchdog check``
+            # closes it a second or two after opening, and close() waits for the slice)
+            ms = self._wait_ms if time.monotonic() >= settled else min(self._wait_ms,
+                                                                          FIRST_WAIT_MS)
             try:
-                data = nv.nvmlEventSetWait_v2(es, self._wait_ms)
+                data = nv.nvmlEventSetWait_v2(es, ms)
             except nv.NVMLError as e:
                 code = getattr(e, "value", None)
                 if code != 10:  # NVML_ERROR_TIMEOUT just means nothing came
                     if code not in logged:  # once per code: this loop runs all the time
                         logged.add(code)
                         log.warning("nvmlEventSetWait_v2: %s", e)
-                    self._stop.wait(self._wait_ms / 1000.0)
+                    self._stop.wait(ms / 1000.0)
                 continue
             if not data.eventType & XID_CRITICAL:
                 continue
