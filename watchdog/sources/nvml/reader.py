@@ -95,7 +95,6 @@ class DeviceReader:
         self.procs: dict[int, ProcessInfo] = {}  # pid -> /proc details seen last tick
         self.slow_values: dict[str, float | None] = {}  # the slow group's last reading
         self.last_procs: tuple[ProcessInfo, ...] | None = None  # the last listing
-        self.serving: float | None = None  # processes.serving of that listing
 
     def call(self, field: str, name: str, *args: Any, **kwargs: Any) -> Any:
         """``pynvml.<name>(handle, *args)``; None when missing; raises GpuLost."""
@@ -145,8 +144,8 @@ class DeviceReader:
         ``slow``: also re-read the slow group (:meth:`_slow`); otherwise its last values
         are carried forward (the first read always reads it). ``gpm``: take a GPM sample
         (:meth:`GpmState.read`); otherwise the last GPM metrics are carried forward.
-        ``procs``: list the compute processes again; otherwise the last list (and its
-        ``processes.serving``) is carried forward, unless the last listing failed.
+        ``procs``: list the compute processes again; otherwise the last list is carried
+        forward, unless the last listing failed.
         """
         self.errors = []
         nv = self.nv
@@ -170,8 +169,8 @@ class DeviceReader:
             v.update({name: None for _, name in GPM_METRICS})
         if procs or self.last_procs is None:
             self.last_procs = self._processes()
-            self.serving = serving_value(self.last_procs)  # stall waits: servers idle by design
-        v["processes.serving"] = self.serving
+        # stall waits: servers idle by design
+        v["processes.serving"] = serving_value(self.last_procs)
         return v, self.last_procs
 
     def _slow(self) -> dict[str, float | None]:

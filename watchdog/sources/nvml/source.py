@@ -41,13 +41,29 @@ SLOW_INTERVAL = 10.0
 # Seconds between GPM samples (watchdog.sources.nvml.gpm): SM, tensor and DRAM activity are
 # averages over the interval between two samples, carried forward in between (the first
 # two samples are a tick apart). Two seconds halves the GPM calls and moves the real H100
-# spin hang's comm_hang (../docs/agent-cost.md) 0-1 s later than 1 Hz samples do; 5 s
+# spin hang's comm_hang (docs/agent-cost.md) 0-1 s later than 1 Hz samples do; 5 s
 # moved it 3-4 s, which the rule's "within a minute of the longest wait" cannot spare.
 GPM_INTERVAL = 2.0
 # Seconds between listings of the compute processes (carried forward in between, like the
 # slow group): they name the job in a page and mark serving processes, which the stall
 # rule takes the maximum of over 30 s; a job's processes change on a scale of minutes.
 PROCS_INTERVAL = 5.0
+
+
+class _Every:
+    """A cadence on the injected clock: ``due(now)`` is true at the first call and then
+    once ``interval`` seconds have passed since it last was."""
+
+    def __init__(self, interval: float) -> None:
+        self.interval = interval
+        self._next = float("-inf")
+
+    def due(self, now: float) -> bool:
+        if now < self._next:
+            return False
+        self._next = now + self.interval
+        return True
+
 
 _Read = tuple[dict[str, float | None], tuple[ProcessInfo, ...] | None, tuple[str, ...]]
 
@@ -106,10 +122,7 @@ class NvmlSource:
             ) from None
         self.host = host or socket.gethostname()
         self.call_timeout = call_timeout
-        self.slow_interval = slow_interval
-        self.gpm_interval = gpm_interval
-        self.procs_interval = procs_interval
-        self._next_slow = self._next_gpm = self._next_procs = float("-inf")
+        self._cadences = (_Every(slow_interval), _Every(gpm_interval), _Every(procs_interval))
         self._nv = nv
         self._closed = False
         self._sys = Lane("nvml-system")
@@ -175,14 +188,7 @@ class NvmlSource:
     def sample(self, now: float) -> list[Sample]:
         """One reading of every GPU, stamped ``now`` (POSIX seconds, injected clock)."""
         out: dict[int, Sample] = {}
-        slow, gpm, procs = (now >= self._next_slow, now >= self._next_gpm,
-                            now >= self._next_procs)
-        if slow:
-            self._next_slow = now + self.slow_interval
-        if gpm:
-            self._next_gpm = now + self.gpm_interval
-        if procs:
-            self._next_procs = now + self.procs_interval
+        slow, gpm, procs = (c.due(now) for c in self._cadences)
 
         def read(g: _Gpu) -> _Read:
             return g.read_job(slow, gpm, procs)
@@ -205,8 +211,10 @@ class NvmlSource:
             else:
                 own.append(g)
         jobs = {g.index: g.lane.submit(lambda g=g: read(g)) for g in own}
-        runs = [(sw, gs, results, sw.submit(gs, read, results))
-                for sw, gs in swept.items() for results in [{}]]
+        runs = []
+        for sw, gs in swept.items():
+            results: dict[int, Any] = {}
+            runs.append((sw, gs, results, sw.submit(gs, read, results)))
         for sw, gs, results, job in runs:
             try:
                 sw.lane.wait(job, self.call_timeout)
