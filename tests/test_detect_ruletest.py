@@ -94,6 +94,16 @@ def test_bad_series_segment() -> None:
         parse_series("1 abc")
 
 
+def test_series_length_is_capped_before_expanding() -> None:
+    """A series of a billion samples is refused while its text is read, not built."""
+    from watchdog.detect.ruletest import MAX_SERIES
+
+    assert len(parse_series(f"1x{MAX_SERIES}")) == MAX_SERIES
+    for text in ("0x1000000000", f"1x{MAX_SERIES} 2", "0x4x" + "9" * 50):
+        with pytest.raises(ValueError, match=f"more than {MAX_SERIES} samples"):
+            parse_series(text)
+
+
 def test_cases_pass(tree: Path) -> None:
     cases = load_cases(tree / "tests" / "good.yaml")
     assert [c.line for c in cases] == [4, 10]

@@ -12,7 +12,7 @@ from watchdog.errors import InputError
 from watchdog.incident import Incident
 from watchdog.notify_console import ConsoleNotifier, gpus_phrase
 from watchdog.report.table import duration
-from watchdog.units import parse_duration
+from watchdog.units import duration_in, format_duration, number_in, parse_duration
 
 
 @pytest.mark.parametrize(("text", "seconds"), [
@@ -29,6 +29,39 @@ def test_bad_durations_name_the_option(text: str) -> None:
         parse_duration(text, what="--interval")
 
 
+@pytest.mark.parametrize("text", ["99999999999999999999999999999999d", "1e400", "inf",
+                                  "-inf", "NaN", "9" * 400 + "s", "36600000d"])
+def test_durations_never_overflow(text: str) -> None:
+    with pytest.raises(InputError, match="--interval"):
+        parse_duration(text, what="--interval")
+
+
+def test_duration_in_names_the_range() -> None:
+    assert duration_in("100ms", 0.1, 3600, what="interval") == pytest.approx(0.1)
+    assert duration_in("1h", 0.1, 3600, what="interval") == 3600.0
+    with pytest.raises(InputError, match=r"^interval: '1ms' is out of range \(100ms to 1h\)$"):
+        duration_in("1ms", 0.1, 3600, what="interval")
+    assert [format_duration(x) for x in (0.1, 0, 90, 600, 3600, 86400 * 3650)] == [
+        "100ms", "0s", "90s", "10m", "1h", "3650d"]
+
+
+@pytest.mark.parametrize(("value", "kwargs", "message"), [
+    (float("inf"), {}, "not a finite number"), (float("nan"), {}, "not a finite number"),
+    (True, {}, "not a number"), ("3", {}, "not a number"), (0, {"lo_open": True}, "out of range"),
+    (11, {}, "out of range"), (2.5, {"integer": True}, "not an integer"),
+    (-1, {"integer": True}, "out of range"),
+])
+def test_number_in_refuses(value: object, kwargs: dict, message: str) -> None:  # type: ignore[type-arg]
+    with pytest.raises(InputError, match=f"^x: .*{message}"):
+        number_in(value, 0, 10, what="x", **kwargs)
+
+
+def test_number_in_accepts_the_ends() -> None:
+    assert number_in(0, 0, 10, what="x") == 0.0
+    assert number_in(10, 0, 10, what="x", integer=True) == 10
+    assert number_in(10.0, 0, 10, what="x", lo_open=True) == 10.0
+
+
 def test_config_loads_and_validates(tmp_path: Path) -> None:
     p = tmp_path / "w.yaml"
     p.write_text("source: sim:comm_hang\ninterval: 5s\nrules: [a.yaml, b/]\nspeed: 2\n")
@@ -41,10 +74,10 @@ def test_config_loads_and_validates(tmp_path: Path) -> None:
 @pytest.mark.parametrize(("text", "message"), [
     ("source: nvml\nintreval: 5s\n", r"w.yaml:2: unknown setting 'intreval'"),
     ("interval: soon\n", r"w.yaml:1: interval: 'soon' is not a duration"),
-    ("interval: 0\n", r"w.yaml:1: interval must be positive"),
+    ("interval: 0\n", r"w.yaml:1: interval must be positive \(100ms to 1h\)"),
     ("source: [1\n", r"w.yaml:\d+: invalid YAML"),
     ("- a\n- b\n", r"expected a mapping"),
-    ("speed: fast\n", r"w.yaml:1: speed must be a positive number"),
+    ("speed: fast\n", r"w.yaml:1: speed: 'fast' is not a number"),
 ])
 def test_config_errors_name_file_and_line(tmp_path: Path, text: str, message: str) -> None:
     with pytest.raises(InputError, match=message):
@@ -73,8 +106,8 @@ def test_console_notifier_says_what_and_where() -> None:
     first, second = out.getvalue().splitlines()
     assert "FIRING" in first and "CRITICAL" in first
     assert "node7 GPUs 0-2: 100% util at 95 W" in first
-    assert "2m30s earlier" in first
-    assert "RESOLVED" in second and "lasted 10m00s" in second
+    assert "(for 2 min 30 s)" in first
+    assert "RESOLVED" in second and "lasted 10 min" in second
 
 
 def _write(tmp_path: Path, text: str) -> Path:

@@ -6,7 +6,21 @@ environment variables or files that hold them. Unknown keys are errors, not sile
 ignored, so a misspelt ``intreval:`` cannot leave the daemon on defaults.
 
 Sections the alerting and anomaly-model code own (``notify:``, ``model:``) are kept as
-parsed YAML plus their line numbers here and validated by their own parsers.
+parsed YAML plus their line numbers here and validated by their own parsers, here, at
+load (``model:`` by :func:`watchdog.anomaly.auto.parse`: its ranges, and a model file is
+loaded and checked), so a bad one stops the daemon at start and a SIGHUP with it keeps
+the running config.
+
+Every value has a range (:data:`RANGES`), checked here, so a typo (``interval: 1ms``,
+``sim_gpus: -3``, ``speed: .inf``) fails ``watchdog run`` at start with one line and a
+SIGHUP reload with it keeps the running config. The file itself is read within the bounds
+of :mod:`watchdog.yamlsafe` (a regular file of at most 1 MiB, no alias bombs), and a
+``source: sim:…`` is checked (scenario names, parameters, times) before the daemon starts.
+What depends on the node the command line may change (``--gpus`` and ``--gpu-model`` win
+over ``sim_gpus`` and ``sim_model``) is left to ``watchdog run``, which checks the spec
+against the GPUs actually simulated (:func:`watchdog.sources.check_live`) before it
+starts: here a spec only has to fit some node (GPU 300 fits none; GPU 9 fits
+``--gpus 16`` whatever ``sim_gpus`` says).
 """
 
 from __future__ import annotations
@@ -16,9 +30,26 @@ from pathlib import Path
 from typing import Any
 
 from watchdog.errors import InputError
-from watchdog.units import parse_duration
+from watchdog.units import duration_in, format_duration, number_in, parse_duration
 
 DAY = 86_400.0
+HOUR = 3600.0
+YEAR = 365 * DAY
+
+#: The range of every bounded setting: (low, high); durations in seconds. ``speed`` must be
+#: above its low end (0 < speed <= 1000); the others include both ends.
+RANGES: dict[str, tuple[float, float]] = {
+    "interval": (0.1, HOUR),            # 100 ms .. 1 h between samples
+    "call_timeout": (0.1, 60.0),        # 100 ms .. 1 min per NVML call
+    "speed": (0.0, 1000.0),             # a simulated node at most 1000x real time
+    "sim_gpus": (1, 256),
+    "sim_seed": (0, 2**32 - 1),
+    "retention": (HOUR, 10 * YEAR),     # resolved incidents kept 1 h .. 10 years
+    "record.keep": (HOUR, 10 * YEAR),   # recordings kept 1 h .. 10 years
+}
+#: The most entries ``rules:`` may list, and the longest ``host:``.
+MAX_RULE_PATHS = 1000
+MAX_HOST = 253
 
 
 @dataclass(frozen=True, slots=True)
@@ -64,22 +95,10 @@ _KEYS = {"source", "interval", "rules", "host", "state_dir", "speed", "sim_gpus"
 
 def load(path: str | Path) -> Config:
     """Read and validate ``path``; every problem is one InputError naming file and line."""
-    import yaml
+    from watchdog import yamlsafe
 
     p = Path(path)
-    try:
-        text = p.read_text(encoding="utf-8")
-    except OSError as e:
-        raise InputError(f"{p}: cannot read config: {e.strerror or e}") from None
-    except UnicodeDecodeError:
-        raise InputError(f"{p}: config is not UTF-8 text") from None
-    try:
-        node = yaml.compose(text)
-        data = yaml.safe_load(text)
-    except yaml.YAMLError as e:
-        mark = getattr(e, "problem_mark", None)
-        line = f":{mark.line + 1}" if mark else ""
-        raise InputError(f"{p}{line}: invalid YAML: {getattr(e, 'problem', e)}") from None
+    node, data = yamlsafe.load_file(p, "config")
     if data is None:
         return Config(path=str(p))
     if not isinstance(data, dict):
@@ -99,19 +118,61 @@ def load(path: str | Path) -> Config:
     if "notify" in out:
         from watchdog.notify.config import parse_notify
 
-        out["notify"] = parse_notify(out["notify"], lines, str(p), out.get("runbook_url"))
+        out["notify"] = parse_notify(out["notify"], lines, str(p), out.get("runbook_url"),
+                                     node=node)
     if "source" in out and out["source"] not in ("nvml",) and not str(out["source"]).startswith(
             "sim"):
         raise InputError(f"{p}:{lines.get('source', '?')}: source {out['source']!r}: the "
                          "daemon reads nvml or sim[:SCENARIO,…] (use `watchdog replay` for logs)")
-    return Config(**out)
+    cfg = Config(**out)
+    _check_sim(cfg, str(p), lines)
+    if cfg.model is not None:
+        from watchdog.anomaly.auto import parse as parse_model
+
+        parse_model(cfg.model, f"{p}:{lines.get('model', '?')}")
+    return cfg
+
+
+def _check_sim(cfg: Config, p: str, lines: dict[str, int]) -> None:
+    """``sim_model`` must name a model, and a ``source: sim…`` is checked now (scenario
+    names, parameters, times, GPUs), so a typo stops the daemon at start (or keeps the
+    running config on SIGHUP) instead of failing on each tick.
+
+    Only what no command line can change: ``--gpus`` and ``--gpu-model`` win over
+    ``sim_gpus`` and ``sim_model``, so the spec is refused only when it fits no node:
+    the largest (:data:`RANGES` ``sim_gpus``) of any GPU model, the config's own tried
+    first (its error is the one shown). ``watchdog run`` checks it against the node it
+    simulates before it starts."""
+    from watchdog.sources import SourceOptions, check_live, kind_of
+    from watchdog.sources.sim.models import MODELS
+
+    if "sim_model" in lines and cfg.sim_model.strip().lower() not in MODELS:
+        raise InputError(f"{p}:{lines['sim_model']}: sim_model {cfg.sim_model!r}: unknown "
+                         f"simulated GPU model (valid: {', '.join(sorted(MODELS))})")
+    if kind_of(cfg.source) != "sim":
+        return
+    gpus = int(RANGES["sim_gpus"][1])
+    first: InputError | None = None
+    for model in dict.fromkeys([cfg.sim_model.strip().lower(), *sorted(MODELS)]):
+        try:
+            check_live(cfg.source, SourceOptions(sim_gpus=gpus, sim_model=model,
+                                                 sim_seed=cfg.sim_seed))
+            return
+        except InputError as e:
+            first = first or e
+    assert first is not None
+    msg = str(first).replace(f"(the node has GPUs 0-{gpus - 1})",
+                             f"(a simulated node has at most {gpus} GPUs)")
+    msg = "source " + msg.removeprefix("--source ") if msg.startswith("--source ") else msg
+    raise InputError(f"{p}:{lines.get('source', '?')}: {msg}") from None
 
 
 def _duration(value: Any, at: str, key: str) -> float:
-    secs = parse_duration(str(value), what=f"{at}: {key}")
-    if secs <= 0:
-        raise InputError(f"{at}: {key} must be positive")
-    return secs
+    lo, hi = RANGES[key]
+    if parse_duration(str(value), what=f"{at}: {key}") <= 0:
+        raise InputError(f"{at}: {key} must be positive ({format_duration(lo)} to "
+                         f"{format_duration(hi)})")
+    return duration_in(value, lo, hi, what=f"{at}: {key}")
 
 
 def _metrics(value: Any, at: str) -> str | None:
@@ -133,21 +194,24 @@ def _coerce(key: str, value: Any, at: str) -> Any:
         items = [] if value is None else [value] if isinstance(value, str) else value
         if not isinstance(items, list) or not all(isinstance(x, str) for x in items):
             raise InputError(f"{at}: rules must be a path or a list of paths")
+        if len(items) > MAX_RULE_PATHS:
+            raise InputError(f"{at}: rules lists {len(items)} paths (at most "
+                             f"{MAX_RULE_PATHS}; name a folder instead)")
         return tuple(items)
     if key == "speed":
-        if not isinstance(value, int | float) or value <= 0:
-            raise InputError(f"{at}: {key} must be a positive number")
-        return float(value)
+        lo, hi = RANGES[key]
+        return float(number_in(value, lo, hi, what=f"{at}: speed", lo_open=True))
     if key in ("sim_gpus", "sim_seed"):
-        if not isinstance(value, int) or isinstance(value, bool):
-            raise InputError(f"{at}: {key} must be an integer")
-        return value
+        lo, hi = RANGES[key]
+        return int(number_in(value, int(lo), int(hi), what=f"{at}: {key}", integer=True))
     if key == "record":
         if not isinstance(value, dict) or "dir" not in value or set(value) - {"dir", "keep"}:
             raise InputError(f"{at}: record must be a mapping like {{dir: /var/lib/"
                              "nvml-watchdog/recordings, keep: 7d}}")
+        if not isinstance(value["dir"], str) or not value["dir"]:
+            raise InputError(f"{at}: record.dir must be a folder path")
         keep = _duration(value.get("keep", "7d"), at, "record.keep")
-        return Record(dir=str(value["dir"]), keep_s=keep)
+        return Record(dir=value["dir"], keep_s=keep)
     if key == "notify":
         if value is not None and not isinstance(value, dict):
             raise InputError(f"{at}: notify must be a mapping (group_wait, routes, sinks, …)")
@@ -156,4 +220,6 @@ def _coerce(key: str, value: Any, at: str) -> Any:
         return value
     if not isinstance(value, str):
         raise InputError(f"{at}: {key} must be a string")
+    if key == "host" and not 0 < len(value) <= MAX_HOST:
+        raise InputError(f"{at}: host must be 1 to {MAX_HOST} characters")
     return value

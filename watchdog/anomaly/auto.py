@@ -10,11 +10,13 @@
   windows while a rule is pending or firing on it, and for a window's length after),
   fits once every GPU has ``baseline`` of busy time (at least an hour, default 1 h) on
   a worker thread (sampling never waits for a fit), scores from then on, and refits
-  every ``refit`` (default 24 h) on the windows kept. The model is saved in the state
-  directory, so a restart scores at once instead of learning again. A coarse fit
-  (:func:`~watchdog.anomaly.train.coarse`: its held-out part held something the rest
-  had not shown, so its threshold is high) still scores, and is refitted as soon as
-  another ``baseline`` of busy time is in, not a ``refit`` later.
+  every ``refit`` (default 24 h) on the windows kept. ``baseline`` lies within
+  :data:`BASELINE_RANGE` (1 h to 30 days) and ``refit`` within :data:`REFIT_RANGE` (1 h
+  to 90 days: a fit costs seconds of CPU, so no more than one an hour). The model is
+  saved in the state directory, so a restart scores at once instead of learning again.
+  A coarse fit (:func:`~watchdog.anomaly.train.coarse`: its held-out part held
+  something the rest had not shown, so its threshold is high) still scores, and is
+  refitted as soon as another ``baseline`` of busy time is in, not a ``refit`` later.
 """
 
 from __future__ import annotations
@@ -32,10 +34,14 @@ from watchdog.anomaly import features as F
 from watchdog.anomaly import persist, train
 from watchdog.anomaly.runner import EVERY_S, LiveAnomaly
 from watchdog.errors import InputError
-from watchdog.units import parse_duration
+from watchdog.units import duration_in, parse_duration
 
 log = logging.getLogger("watchdog.model")
 MIN_BASELINE_S = 3600.0
+#: ``model.baseline`` (s of busy time per GPU): 1 h to 30 days.
+BASELINE_RANGE = (MIN_BASELINE_S, 30 * 86400.0)
+#: ``model.refit`` (s between fits): 1 h to 90 days.
+REFIT_RANGE = (3600.0, 90 * 86400.0)
 KEEP_S = 7 * 86400.0
 
 
@@ -61,16 +67,19 @@ def parse(value: Any, at: str) -> ModelSettings | None:
                          "{use: auto, baseline: 1h, refit: 24h}")
     use = str(value["use"])
     baseline = parse_duration(str(value.get("baseline", "1h")), what=f"{at}: model.baseline")
-    refit = parse_duration(str(value.get("refit", "24h")), what=f"{at}: model.refit")
     if use != "auto":
         if "baseline" in value or "refit" in value:
             raise InputError(f"{at}: model.baseline and model.refit apply to use: auto")
-        persist.load(use)  # a missing, damaged or foreign file is a config error now
+        try:
+            persist.load(use)  # a missing, damaged or foreign file is a config error now
+        except persist.ModelFileError as e:
+            raise persist.ModelFileError(f"{at}: {e}") from None
     if baseline < MIN_BASELINE_S:
         raise InputError(f"{at}: model.baseline {value.get('baseline')}: at least 1h of busy "
                          "time (a shorter baseline would page on the job's ordinary rhythm)")
-    if refit <= 0:
-        raise InputError(f"{at}: model.refit must be positive")
+    baseline = duration_in(value.get("baseline", "1h"), *BASELINE_RANGE,
+                           what=f"{at}: model.baseline")
+    refit = duration_in(value.get("refit", "24h"), *REFIT_RANGE, what=f"{at}: model.refit")
     return ModelSettings(use, baseline, refit)
 
 

@@ -5,10 +5,13 @@ payload, then the payload: a numpy ``.npz`` of plain numeric arrays (the trees, 
 fill/centre/scale vectors, ``base_coef``: each GPU's own temperature-at-power line, see
 :mod:`~watchdog.anomaly.baseline`) and ``meta``, a UTF-8 JSON document as bytes (feature-schema
 version, feature names, GPU model, training span, step and window, threshold and its
-calibration). Loading checks the header, the checksum, opens the npz with
-``allow_pickle=False`` (an object array, i.e. pickled code, is refused, never run),
-then the schema, the GPU model and every array's shape and index range, so a file
-edited by hand cannot make scoring read out of bounds.
+calibration). Loading checks the file (a regular file of at most 64 MiB), the header,
+the checksum, then opens the npz within bounds (:mod:`watchdog.npzsafe`: an object array,
+i.e. pickled code, is refused, never run; every array's declared shape is checked before
+it is allocated: at most 1000 trees of 4095 nodes), then the schema, the GPU model, every
+array's shape and index range (feature indices within the features, child indices within
+the tree) and every number (a NaN threshold would switch detection off silently), so a
+file edited by hand cannot make scoring read out of bounds or quietly stop.
 
 The checksum catches corruption and casual edits; it is not a signature (whoever can
 write the file can recompute it): keep model files where only root writes, as the
@@ -77,54 +80,138 @@ def save(model: Model, path: str | os.PathLike[str]) -> int:
     return len(data)
 
 
+#: Bounds of a model file, checked before any array is allocated: the file's size, the
+#: trees (100 written), the nodes of one tree (at most 2 x 256 - 1 = 511 written), GPUs
+#: with a baseline, the metadata, and every array together uncompressed.
+MAX_FILE = 64 << 20
+MAX_TREES = 1000
+MAX_NODES = 4095
+MAX_BASELINE_GPUS = 4096
+MAX_META = 1 << 20
+MAX_ARRAYS_BYTES = 256 << 20
+
+
 def load(path: str | os.PathLike[str], gpu_model: str | None = None) -> Model:
     """Read and check a model file; ``gpu_model``: the GPUs it will score (refused when
     both it and the model's are known and differ). Raises :class:`ModelFileError`."""
+    return loads(_read(path), str(path), gpu_model)
+
+
+def _read(path: str | os.PathLike[str]) -> bytes:
+    """The bytes of a regular file of at most :data:`MAX_FILE` (a device, a FIFO or a
+    bigger file is refused without reading it)."""
+    import stat
+
     try:
-        data = Path(path).read_bytes()
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0))
     except OSError as e:
         raise ModelFileError(f"model {path}: cannot read: {e.strerror or e}") from None
-    return loads(data, str(path), gpu_model)
+    try:
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode):
+            raise ModelFileError(f"model {path}: not a regular file")
+        if st.st_size > MAX_FILE:
+            raise ModelFileError(f"{path}: {st.st_size} bytes, more than a model file may "
+                                 f"have ({MAX_FILE >> 20} MiB)")
+        os.set_blocking(fd, True)
+        chunks, left = [], MAX_FILE + 1
+        while left > 0:
+            b = os.read(fd, min(left, 1 << 20))
+            if not b:
+                break
+            chunks.append(b)
+            left -= len(b)
+    except OSError as e:
+        raise ModelFileError(f"model {path}: cannot read: {e.strerror or e}") from None
+    finally:
+        os.close(fd)
+    data = b"".join(chunks)
+    if len(data) > MAX_FILE:
+        raise ModelFileError(f"{path}: more than a model file may have ({MAX_FILE >> 20} MiB)")
+    return data
 
 
 def loads(data: bytes, where: str = "model", gpu_model: str | None = None) -> Model:
     """:func:`load` from bytes (``where`` names the file in messages)."""
+    from watchdog.npzsafe import Archive
+
     if not data.startswith(MAGIC):
         raise ModelFileError(f"{where}: not a watchdog anomaly model file (train one with "
                              "`watchdog train --output FILE`)")
+    if len(data) > MAX_FILE:
+        raise ModelFileError(f"{where}: more than a model file may have ({MAX_FILE >> 20} MiB)")
     rest = data[len(MAGIC):]
     digest, _, payload = rest.partition(b"\n")
     if hashlib.sha256(payload).hexdigest().encode() != digest:
         raise ModelFileError(f"{where}: checksum mismatch: the file is corrupted or was "
                              "edited; train it again")
     try:
-        with np.load(io.BytesIO(payload), allow_pickle=False) as z:
-            arrays = {k: z[k] for k in z.files}
-    except ValueError as e:
-        if "pickle" in str(e).lower() or "object" in str(e).lower():
-            raise ModelFileError(f"{where}: holds pickled objects (code); refused, never "
-                                 "loaded") from None
-        raise ModelFileError(f"{where}: unreadable payload: {e}") from None
-    except Exception as e:  # noqa: BLE001 - any damage is one line
-        raise ModelFileError(f"{where}: unreadable payload: {type(e).__name__}") from None
-    return _build(arrays, where, gpu_model)
+        with Archive(payload, where, max_members=32, max_bytes=MAX_ARRAYS_BYTES) as z:
+            meta = _read_meta(z, where)
+            _check_shapes(z, where)
+            arrays = {k: z.read(k) for k in z.members}
+    except ModelFileError:
+        raise
+    except InputError as e:  # the archive's own refusal: same words, this class
+        raise ModelFileError(str(e)) from None
+    return _build(arrays, meta, where, gpu_model)
 
 
-def _build(a: dict[str, np.ndarray], where: str, gpu_model: str | None) -> Model:
-    if any(a[k].dtype == object for k in a):
-        raise ModelFileError(f"{where}: holds Python objects; refused")
-    try:  # the schema first: an older file lacks the newer arrays
-        meta = json.loads(a["meta"].astype(np.uint8).tobytes().decode())
+def _read_meta(z: Any, where: str) -> dict[str, Any]:
+    """The metadata (schema first: an older file lacks the newer arrays)."""
+    m = z.members.get("meta")
+    if m is None or m.dtype.kind not in "iub" or len(m.shape) != 1 or m.nbytes > MAX_META:
+        raise ModelFileError(f"{where}: unreadable metadata")
+    try:
+        meta = json.loads(z.read("meta").astype(np.uint8).tobytes().decode())
         schema = int(meta["schema"])
-    except (ValueError, KeyError, TypeError, UnicodeDecodeError):
+    except (ValueError, KeyError, TypeError, UnicodeDecodeError, RecursionError,
+            OverflowError):
         raise ModelFileError(f"{where}: unreadable metadata") from None
+    if not isinstance(meta, dict):
+        raise ModelFileError(f"{where}: unreadable metadata")
     if schema != F.FEATURE_SCHEMA or meta.get("features") != list(F.FEATURES):
         raise ModelFileError(f"{where}: feature schema {schema}, this watchdog uses "
                              f"{F.FEATURE_SCHEMA}: train the model again")
-    need = (*ARRAYS, "fill", "center", "scale", "lo", "hi", "unit", "base_coef")
-    missing = [k for k in need if k not in a]
+    return meta
+
+
+def _check_shapes(z: Any, where: str) -> None:
+    """Every array's dtype and shape from its header, before any is read: trees and
+    nodes per tree within their caps, the five tree arrays alike, the feature vectors
+    one value per feature, the baseline two per GPU."""
+    m = z.members
+    need = (*ARRAYS, *VECTORS, "base_coef")
+    missing = [k for k in need if k not in m]
     if missing:
         raise ModelFileError(f"{where}: missing {', '.join(missing)}")
+    shape = m["feature"].shape
+    if len(shape) != 2 or not 0 < shape[0] <= MAX_TREES or not 0 < shape[1] <= MAX_NODES:
+        raise ModelFileError(f"{where}: tree arrays of shape {shape}: at most {MAX_TREES} "
+                             f"trees of {MAX_NODES} nodes")
+    kinds = {"feature": "i", "left": "i", "right": "i", "threshold": "f", "leaf_path": "f"}
+    if any(m[k].shape != shape or m[k].dtype.kind not in kinds[k] for k in ARRAYS):
+        raise ModelFileError(f"{where}: malformed tree arrays")
+    nf = len(F.FEATURES)
+    if any(m[k].shape != (nf,) or m[k].dtype.kind not in "fiu" for k in VECTORS):
+        raise ModelFileError(f"{where}: malformed feature vectors")
+    coef = m["base_coef"].shape
+    if len(coef) != 2 or coef[1] != 2 or coef[0] > MAX_BASELINE_GPUS:
+        raise ModelFileError(f"{where}: malformed per-GPU baseline")
+
+
+VECTORS = ("fill", "center", "scale", "lo", "hi", "unit")
+
+
+def _finite(meta: dict[str, Any], key: str, where: str) -> float:
+    v = meta.get(key)
+    if isinstance(v, bool) or not isinstance(v, int | float) or not np.isfinite(v):
+        raise ModelFileError(f"{where}: {key} {v!r} is not a finite number")
+    return float(v)
+
+
+def _build(a: dict[str, np.ndarray], meta: dict[str, Any], where: str,
+           gpu_model: str | None) -> Model:
     base_uuids = meta.get("baseline_uuids")
     coef = a["base_coef"]
     if (not isinstance(base_uuids, list) or not all(isinstance(u, str) for u in base_uuids)
@@ -138,32 +225,41 @@ def _build(a: dict[str, np.ndarray], where: str, gpu_model: str | None) -> Model
     feat, thr, left, right, leaf = (a[k] for k in ARRAYS)
     shape = feat.shape
     nf = len(F.FEATURES)
-    ok = (feat.ndim == 2 and all(x.shape == shape for x in (thr, left, right, leaf))
-          and all(a[k].shape == (nf,) for k in ("fill", "center", "scale", "lo", "hi", "unit"))
-          and feat.dtype.kind == "i" and left.dtype.kind == "i" and right.dtype.kind == "i")
-    if not ok or shape[1] == 0:
-        raise ModelFileError(f"{where}: malformed tree arrays")
     if (feat.min() < -1 or feat.max() >= nf or left.min() < 0 or right.min() < 0
             or left.max() >= shape[1] or right.max() >= shape[1]):
         raise ModelFileError(f"{where}: tree indices out of range (tampered file)")
+    if not np.isfinite(leaf).all():
+        raise ModelFileError(f"{where}: a leaf's path length is not a finite number")
+    if not all(np.isfinite(a[k]).all() for k in VECTORS if k not in ("lo", "hi")):
+        raise ModelFileError(f"{where}: a feature's fill, centre, scale or unit is not a "
+                             "finite number")
+    threshold = _finite(meta, "threshold", where)
+    if not 0 < threshold <= 1:
+        raise ModelFileError(f"{where}: threshold {threshold!r} is outside (0, 1] (scores "
+                             "are 0-1): the model would never or always fire")
+    calibration = meta.get("calibration") or {}
+    if not isinstance(calibration, dict):
+        raise ModelFileError(f"{where}: calibration is not a mapping")
     try:
         forest = Forest(feat.astype(np.int64), thr.astype(np.float64), left.astype(np.int64),
                         right.astype(np.int64), leaf.astype(np.float64),
-                        int(meta["max_depth"]), float(meta["norm"]))
-        model = Model(forest=forest, threshold=float(meta["threshold"]), gpu_model=mine,
-                      trained_from=float(meta["trained_from"]),
-                      trained_to=float(meta["trained_to"]), step=float(meta["step"]),
-                      window=float(meta["window"]), fill=a["fill"].astype(np.float64),
+                        int(_finite(meta, "max_depth", where)), _finite(meta, "norm", where))
+        model = Model(forest=forest, threshold=threshold, gpu_model=mine,
+                      trained_from=_finite(meta, "trained_from", where),
+                      trained_to=_finite(meta, "trained_to", where),
+                      step=_finite(meta, "step", where),
+                      window=_finite(meta, "window", where), fill=a["fill"].astype(np.float64),
                       center=a["center"].astype(np.float64),
                       scale=a["scale"].astype(np.float64),
                       lo=a["lo"].astype(np.float64), hi=a["hi"].astype(np.float64),
                       unit=a["unit"].astype(np.float64),
-                      calibration=dict(meta.get("calibration") or {}), schema=schema,
+                      calibration=dict(calibration), schema=int(meta["schema"]),
                       base_uuids=tuple(base_uuids), base_coef=coef.astype(np.float64))
     except (KeyError, TypeError, ValueError):
         raise ModelFileError(f"{where}: incomplete metadata") from None
-    if not 0 < forest.max_depth <= 64 or not forest.norm > 0 or not (model.unit > 0).all():
-        raise ModelFileError(f"{where}: implausible tree depth or normaliser")
+    if (not 0 < forest.max_depth <= 64 or not forest.norm > 0 or not (model.unit > 0).all()
+            or not model.step > 0 or not model.window > 0):
+        raise ModelFileError(f"{where}: implausible tree depth, normaliser, step or window")
     return model
 
 

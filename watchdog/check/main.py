@@ -11,6 +11,12 @@ Per source kind:
 * a log or recording: its last ``--duration`` of samples; the judged moment is its last
   timestamp.
 
+Every option has a range (:data:`RANGES`): a probe is short, the daemon is what watches
+for longer. ``--duration`` 0 to 10 min, ``--interval`` 100 ms to 1 h (the daemon's),
+``--call-timeout`` 100 ms to 1 min (the daemon's ``call_timeout``), ``--at`` (given, or
+from the scenario) at most 1 day: the simulated node is advanced second by second to it
+(about 7 s of CPU per simulated day). Out of range is one line and UNKNOWN (3).
+
 Heavy modules (the replay readers, pandas) are imported only for a log source.
 """
 
@@ -35,6 +41,14 @@ climbing to the slowdown point, memory at the limit for the whole burst)."""
 
 EVENT_SHOW_S = 1.0
 """For an XID (an event, not a state) the burst must contain the event itself."""
+
+RANGES: dict[str, tuple[float, float]] = {
+    "--duration": (0.0, 600.0),
+    "--interval": (0.1, 3600.0),
+    "--call-timeout": (0.1, 60.0),
+    "--at": (0.0, 86400.0),
+}
+"""The range (s, both ends included) of each duration option of the probe."""
 
 WARMUP_STEP_S = 1.0
 """Step (s) at which a simulated node is advanced before the burst (its readings are
@@ -71,10 +85,7 @@ def probe(args: argparse.Namespace, clock: Clock | None = None) -> Verdict:
 
     options = replace(source_options(args), call_timeout=args.call_timeout)
     kind = kind_of(args.source)
-    if args.interval <= 0 or args.call_timeout <= 0:
-        from watchdog.errors import InputError
-
-        raise InputError("--interval and --call-timeout must be more than 0")
+    check_ranges(args)
     if kind == "replay":
         rec = open_recorded(args.source, options)
         burst = burst_recorded(rec.host, rec.devices(), rec.ticks(), args.duration)
@@ -94,6 +105,23 @@ def probe(args: argparse.Namespace, clock: Clock | None = None) -> Verdict:
     return _judge(args, burst, checked_at)
 
 
+def check_ranges(args: argparse.Namespace) -> None:
+    """Each duration option within its :data:`RANGES` entry, else an
+    :class:`~watchdog.errors.InputError` naming it, its value and the range."""
+    for option, (lo, hi) in RANGES.items():
+        value = getattr(args, option[2:].replace("-", "_"), None)
+        if value is not None and not lo <= value <= hi:
+            _out_of_range(option, value, lo, hi)
+
+
+def _out_of_range(option: str, value: float, lo: float, hi: float, why: str = "") -> None:
+    from watchdog.errors import InputError
+    from watchdog.units import format_duration
+
+    raise InputError(f"{option} {format_duration(value)}: out of range "
+                     f"({format_duration(lo)} to {format_duration(hi)}){why}")
+
+
 def _sim_burst(args: argparse.Namespace, options: Any) -> tuple[Burst, float]:
     from watchdog.sources import open_live
 
@@ -101,6 +129,10 @@ def _sim_burst(args: argparse.Namespace, options: Any) -> tuple[Burst, float]:
     probe_src = open_live(args.source, options, 0.0)
     at = args.at if args.at is not None else default_at(probe_src)
     probe_src.close()
+    lo, hi = RANGES["--at"]
+    if not lo <= at <= hi:  # the default: a fault set that far into the node's history
+        _out_of_range("--at", at, lo, hi, " (the default: when the last fault shows; "
+                      "give an earlier onset or --at)")
     start = now - at
     clock = ManualClock(start=start)
     source = open_live(args.source, options, start)

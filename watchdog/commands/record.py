@@ -17,6 +17,11 @@ from typing import Any
 from watchdog.commands.common import add_source_args
 
 DEFAULT_DURATION = "10m"
+#: The most samples ``--chunk`` may ask for: a chunk is buffered as samples before it is
+#: written (about 3 KB each), so 16 384 costs ~50 MB on top of the ~70 MB the command
+#: needs anyway, far below the unit's 300 MB (and far below the 1 048 576 rows a reader
+#: accepts in one chunk).
+MAX_CHUNK = 16_384
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -30,23 +35,23 @@ def register(sub: argparse._SubParsersAction) -> None:
                    help="list the metric names (the --map targets) with unit and meaning, "
                         "and exit")
     p.add_argument("--duration", default=DEFAULT_DURATION, metavar="DURATION",
-                   help=f"how much (clock) time to record, e.g. 90s, 10m, 1h "
+                   help=f"how much (clock) time to record, e.g. 90s, 10m, 1h; 100ms to 400d "
                         f"(default {DEFAULT_DURATION}; live sources only)")
     p.add_argument("--interval", default="1s", metavar="DURATION",
-                   help="sampling period for live sources (default 1s)")
+                   help="sampling period for live sources, 100ms to 1h (default 1s)")
     p.add_argument("--realtime", action="store_true",
                    help="sample a simulated node on the wall clock instead of a manual one")
     p.add_argument("--chunk", type=int, default=4096, metavar="SAMPLES",
-                   help="samples per chunk: memory bound and most a crash can lose "
-                        "(default 4096)")
+                   help=f"samples per chunk: memory bound and most a crash can lose, 1 to "
+                        f"{MAX_CHUNK} (default 4096)")
     p.set_defaults(func=run)
 
 
 def run(args: argparse.Namespace) -> int:
     from watchdog.commands.common import source_options
+    from watchdog.commands.replay import sim_times
     from watchdog.errors import InputError
     from watchdog.sources import kind_of
-    from watchdog.units import parse_duration
 
     if args.list_metrics:
         print(list_metrics())
@@ -54,12 +59,11 @@ def run(args: argparse.Namespace) -> int:
     if not args.output:
         raise InputError("--output FILE is required (the recording to write)")
     options = source_options(args)
-    duration = parse_duration(args.duration, what="--duration")
-    interval = parse_duration(args.interval, what="--interval")
-    if interval <= 0:
-        raise InputError(f"--interval {args.interval}: must be positive")
-    if args.chunk < 1:
-        raise InputError(f"--chunk {args.chunk}: must be at least 1")
+    # the ranges of a simulated node's replay; for nvml, up to 400 days of wall time
+    duration, interval = sim_times(args.duration, args.interval)
+    if not 1 <= args.chunk <= MAX_CHUNK:
+        raise InputError(f"--chunk {args.chunk}: out of range (1 to {MAX_CHUNK} samples: a "
+                         "chunk is held in memory until it is written)")
     kind = kind_of(args.source)
     if kind == "replay":
         if os.path.abspath(args.source) == os.path.abspath(args.output):

@@ -33,6 +33,12 @@ from watchdog.commands.common import add_tz_arg
 from watchdog.incident import SEVERITIES
 
 BLOCK_ROWS = 131_072  # the engine's MAX_BLOCK_ROWS (watchdog.pipeline.replay.BLOCK_ROWS)
+#: ``--interval`` of a simulated node (s): the daemon's range, 100 ms to 1 h.
+INTERVAL_RANGE = (0.1, 3600.0)
+#: ``--duration`` of a simulated node (s): 100 ms to 400 days (a simulated day streams
+#: through the detector in well under a minute; 400 days, a year and its margin, is
+#: hours of work and never more memory: the node is streamed).
+DURATION_RANGE = (0.1, 400 * 86400.0)
 
 
 def register(subparsers: Any) -> None:
@@ -45,7 +51,8 @@ def register(subparsers: Any) -> None:
         epilog="Exit status: 0 ran fine (with or without incidents); 1 an incident at or "
                "above --fail-on; 2 bad input. Times in the table are UTC.")
     p.add_argument("paths", nargs="+", metavar="PATH",
-                   help="log file or recording, or sim:SCENARIO[,SCENARIO…]")
+                   help="log file or recording ('-': standard input, at most 64 MiB), or "
+                        "sim:SCENARIO[,SCENARIO…]")
     p.add_argument("--json", action="store_true",
                    help="print one JSON object (incidents, sources, rule count) on stdout")
     p.add_argument("--plot", metavar="FILE.png",
@@ -70,8 +77,10 @@ def register(subparsers: Any) -> None:
     p.add_argument("--block-rows", type=int, default=BLOCK_ROWS, metavar="N",
                    help=f"rows fed to the detector at a time (default {BLOCK_ROWS})")
     sim = p.add_argument_group("simulated recordings (PATH = sim:SCENARIO…)")
-    sim.add_argument("--duration", default="30m", help="length to simulate (default 30m)")
-    sim.add_argument("--interval", default="1s", help="sampling interval (default 1s)")
+    sim.add_argument("--duration", default="30m",
+                     help="length to simulate, 100ms to 400d (default 30m)")
+    sim.add_argument("--interval", default="1s",
+                     help="sampling interval, 100ms to 1h (default 1s)")
     sim.add_argument("--gpus", type=int, default=8, help="simulated GPUs (default 8)")
     sim.add_argument("--gpu-model", default="h100-sxm", help="h100-sxm | a100-pcie")
     sim.add_argument("--seed", type=int, default=0, help="random seed (default 0)")
@@ -85,7 +94,7 @@ def replay(args: argparse.Namespace) -> tuple[list[Any], Any]:
     from watchdog.errors import InputError
     from watchdog.pipeline.replay import ReplayOptions, is_sim, replay_inputs
     from watchdog.report.progress import should_show
-    from watchdog.units import check_tz, parse_duration
+    from watchdog.units import check_tz
 
     if args.block_rows < 1:
         raise InputError(f"--block-rows {args.block_rows}: expected a positive number")
@@ -103,12 +112,10 @@ def replay(args: argparse.Namespace) -> tuple[list[Any], Any]:
     mapping = parse_map(args.map)
     check_tz(args.tz)
     sim = any(is_sim(p) for p in args.paths)
-    if sim and parse_duration(args.interval, what="--interval") <= 0:
-        raise InputError(f"--interval {args.interval}: must be positive")
+    duration, interval = sim_times(args.duration, args.interval) if sim else (0.0, 1.0)
     opts = ReplayOptions(
         mapping=mapping, host=args.host, tz=args.tz, block_rows=args.block_rows,
-        duration=parse_duration(args.duration, what="--duration") if sim else 0.0,
-        interval=parse_duration(args.interval, what="--interval") if sim else 1.0,
+        duration=duration, interval=interval,
         gpus=args.gpus, gpu_model=args.gpu_model, seed=args.seed)
     rules = load_rules(args.rules or None)
     results = replay_inputs(args.paths, rules, opts, should_show(args.json))
@@ -117,6 +124,25 @@ def replay(args: argparse.Namespace) -> tuple[list[Any], Any]:
 
         apply(results, args.model, args.gpu_model)
     return results, rules
+
+
+def sim_times(duration: str, interval: str) -> tuple[float, float]:
+    """``(duration, interval)`` in s of a simulated node (``replay sim:…``, ``record
+    --source sim…``), each within its range (:data:`DURATION_RANGE`,
+    :data:`INTERVAL_RANGE`); an :class:`InputError` names the option and the range."""
+    return (bounded("--duration", duration, DURATION_RANGE),
+            bounded("--interval", interval, INTERVAL_RANGE))
+
+
+def bounded(option: str, text: str, limits: tuple[float, float]) -> float:
+    """The duration ``text`` of ``option`` within ``limits`` (s); 0 is "must be positive"
+    (the words a zero has always had), anything else outside is "out of range"."""
+    from watchdog.errors import InputError
+    from watchdog.units import duration_in, parse_duration
+
+    if parse_duration(text, what=option) <= 0:
+        raise InputError(f"{option} {text}: must be positive")
+    return duration_in(text, *limits, what=option)
 
 
 def rule_count(rules: Any) -> int:

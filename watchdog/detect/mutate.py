@@ -95,16 +95,26 @@ def _raw_fields(path: str) -> dict[tuple[str, str], str]:
     loaded Rule keeps only their values, and a mutant must differ in one number only."""
     import yaml
 
-    root = yaml.compose(Path(path).read_text(encoding="utf-8"), Loader=yaml.SafeLoader)
+    from watchdog import yamlsafe
+
+    # read within the bounds of every rule file (size, aliases, depth); it was loaded as
+    # rules just before, but may have changed since: anything odd gives no raw text
+    root = yamlsafe.compose(yamlsafe.read_text(path, "rule file"), str(path))
     items = root
     if isinstance(root, yaml.MappingNode):
-        items = dict((k.value, v) for k, v in root.value)["rules"]
+        items = dict((k.value, v) for k, v in root.value).get("rules")
     out: dict[tuple[str, str], str] = {}
+    if not isinstance(items, yaml.SequenceNode):
+        return out
     for item in items.value:
+        if not isinstance(item, yaml.MappingNode):
+            continue
         f = {k.value: v for k, v in item.value}
+        name = f.get("name")
         for key in ("clear", "for"):
-            if key in f and isinstance(f[key], yaml.ScalarNode):
-                out[(f["name"].value, key)] = str(f[key].value)
+            if key in f and isinstance(f[key], yaml.ScalarNode) and \
+                    isinstance(name, yaml.ScalarNode):
+                out[(name.value, key)] = str(f[key].value)
     return out
 
 

@@ -3,9 +3,27 @@
 A test file (format in ``docs/rules.md``) gives input series per GPU in a compact notation
 (``"100x120"``, ``"0 10 20"``, ``"95+1x10"``, ``"_x5"``, hex ``"0x4x600"``), the sample
 interval, the devices, XID events and the incidents expected at ``eval_time``. The series
-are fed to the real :class:`~watchdog.detect.Detector` as one frame; each case passes or
+are fed to the real :class:`~watchdog.detect.Detector` as one frame (in blocks of whole
+ticks, as replay feeds a log); each case passes or
 fails with a readable diff. ``watchdog rules test`` and the pytest plugin (``rules/
 conftest.py``) both run cases through :func:`run_case`.
+
+Bounds (a test file is input too: ``"0x1000000000"`` must not build a billion-item list).
+Each is checked before anything is allocated, and a test beyond one is refused with one
+line naming the file, the case and the limit:
+
+* a series expands to at most :data:`MAX_SERIES` samples (100 000: 27 hours at 1 s; the
+  longest shipped series is under 1 000), counted segment by segment before expanding;
+* a test simulates at most :data:`MAX_READINGS` readings (100 000 GPU-ticks: the longest
+  series x the GPUs; the biggest shipped test has 4 000) and :data:`MAX_VALUES` values
+  (1 000 000: readings x metrics, the cells of the frame the detector sees), and the
+  tests of one file at most :data:`MAX_FILE_VALUES` values together (4 000 000: a file's
+  cases are parsed before the first runs). The detector is fed the frame in blocks of
+  whole ticks (:data:`BLOCK_ROWS`), as replay feeds it, so a test at the caps runs in
+  about a second and well under 200 MB;
+* the GPUs of ``series:`` keys are indices 0 to :data:`MAX_GPU` (255, as a simulated
+  node), so ``"0-99999999"`` is refused, not expanded;
+* ``interval`` lies within :data:`INTERVAL_RANGE` (100 ms to 1 h, as the daemon's).
 """
 
 from __future__ import annotations
@@ -22,9 +40,24 @@ from watchdog import catalogue
 from watchdog.errors import InputError
 from watchdog.incident import Incident
 from watchdog.model import DeviceInfo, XidEvent
-from watchdog.units import parse_duration
+from watchdog.units import duration_in, parse_duration
 
 T0 = 1_700_000_000.0  # t = 0 of every test (POSIX s)
+#: The most samples one series may expand to.
+MAX_SERIES = 100_000
+#: The most readings one test may simulate: longest series x GPUs.
+MAX_READINGS = 100_000
+#: The most values one test may simulate: readings x metrics.
+MAX_VALUES = 1_000_000
+#: The most values the tests of one file may simulate together.
+MAX_FILE_VALUES = 4_000_000
+#: The highest GPU index a ``series:`` key may name.
+MAX_GPU = 255
+#: Rows fed to the detector at a time (its memory is that of a block; see ``run_case``).
+BLOCK_ROWS = 16_384
+#: The range of a test's ``interval`` (s): the daemon's.
+INTERVAL_RANGE = (0.1, 3600.0)
+_MAX_DIGITS = 9  # a count of more digits is more than MAX_SERIES anyway
 _HEX = re.compile(r"^0[xX](?P<v>[0-9a-fA-F]+)x(?P<n>\d+)$")
 _SEG = re.compile(r"^(?P<v>_|[-+]?(?:\d+\.?\d*|\.\d+)(?:[eE][-+]?\d+)?)"
                   r"(?:(?P<sign>[-+])(?P<step>\d+\.?\d*|\.\d+))?(?:x(?P<n>\d+))?$")
@@ -43,13 +76,18 @@ def parse_series(text: str) -> np.ndarray:
     for seg in str(text).split():
         h = _HEX.match(seg)
         if h:
-            out.extend([float(int(h.group("v"), 16))] * int(h.group("n")))
+            n = _count(h.group("n"), len(out), seg)
+            if len(h.group("v")) > 16:  # more than 64 bits: no bitmask NVML reports
+                raise ValueError(f"series segment {_shown(seg)}: a hex value of more than 64 "
+                                 "bits")
+            out.extend([float(int(h.group("v"), 16))] * n)
             continue
         m = _SEG.match(seg)
         if not m:
-            raise ValueError(f"bad series segment {seg!r} (use e.g. 100x120, 95+1x10, _x5)")
+            raise ValueError(f"bad series segment {_shown(seg)} (use e.g. 100x120, 95+1x10, "
+                             "_x5)")
         v = m.group("v")
-        n = int(m.group("n")) if m.group("n") else 1
+        n = _count(m.group("n"), len(out), seg) if m.group("n") else _count("1", len(out), seg)
         if v == "_":
             out.extend([np.nan] * n)
             continue
@@ -57,6 +95,20 @@ def parse_series(text: str) -> np.ndarray:
         step = float(m.group("step") or 0) * (-1 if m.group("sign") == "-" else 1)
         out.extend(start + step * i for i in range(n))
     return np.array(out, dtype=np.float64)
+
+
+def _count(digits: str, have: int, seg: str) -> int:
+    """The repeat count of a segment, refused (before expanding) when the series would
+    then hold more than :data:`MAX_SERIES` samples."""
+    n = int(digits) if len(digits) <= _MAX_DIGITS else MAX_SERIES + 1
+    if have + n > MAX_SERIES:
+        raise ValueError(f"series segment {_shown(seg)}: the series would hold more than "
+                         f"{MAX_SERIES} samples (the most one series may have)")
+    return n
+
+
+def _shown(seg: str) -> str:
+    return repr(seg) if len(seg) <= 40 else repr(seg[:36]) + "…"
 
 
 @dataclass
@@ -75,21 +127,15 @@ class Case:
     expect: list[dict[str, Any]] = field(default_factory=list)
     expect_absent: list[str] = field(default_factory=list)
     allow_extra: bool = False
+    values: int = 0  # longest series x GPUs x metrics: the size of its frame
 
 
 def load_cases(path: str | Path) -> list[Case]:
     """Parse a rule-test file; problems raise InputError naming ``FILE:LINE``."""
+    from watchdog import yamlsafe
+
     path = Path(path)
-    try:
-        text = path.read_text(encoding="utf-8")
-        root = yaml.compose(text, Loader=yaml.SafeLoader)
-        data = yaml.safe_load(text)
-    except (OSError, UnicodeDecodeError) as e:
-        raise InputError(f"{path}: cannot read rule test file: {e}") from None
-    except yaml.YAMLError as e:
-        mark = getattr(e, "problem_mark", None)
-        raise InputError(f"{path}{f':{mark.line + 1}' if mark else ''}: invalid YAML: "
-                         f"{getattr(e, 'problem', None) or e}") from None
+    root, data = yamlsafe.load_file(path, "rule test file")
     if not isinstance(data, dict) or not isinstance(data.get("tests"), list):
         raise InputError(f"{path}: a rule test file is a mapping with a `tests:` list")
     for k in data:
@@ -99,14 +145,20 @@ def load_cases(path: str | Path) -> list[Case]:
     rule_files = None
     if data.get("rule_files") is not None:
         rule_files = [(path.parent / str(f)).resolve() for f in data["rule_files"]]
-    cases = []
+    cases: list[Case] = []
+    total = 0
     for i, raw in enumerate(data["tests"]):
         line = lines[i] if i < len(lines) else 0
         try:
             cases.append(_case(raw, data, str(path), line, rule_files))
-        except (ValueError, TypeError, KeyError, InputError) as e:
+        except (ValueError, TypeError, KeyError, AttributeError, InputError) as e:
             name = raw.get("name", i) if isinstance(raw, dict) else i
             raise InputError(f"{path}:{line}: test {name}: {e}") from None
+        total += cases[-1].values
+        if total > MAX_FILE_VALUES:
+            raise InputError(f"{path}:{line}: test {cases[-1].name}: the file's tests simulate "
+                             f"more than the {MAX_FILE_VALUES} values one file may have "
+                             "together (split it)")
     return cases
 
 
@@ -119,13 +171,20 @@ def _case_lines(root: Any) -> list[int]:
 
 
 def _gpu_keys(key: Any) -> list[int]:
+    """The GPU indices of a ``series:`` key (``0``, ``"1-7"``, ``"0,2"``), each 0 to
+    :data:`MAX_GPU`."""
     out: list[int] = []
-    for part in str(key).split(","):
-        if "-" in part:
-            a, b = part.split("-", 1)
-            out.extend(range(int(a), int(b) + 1))
-        else:
-            out.append(int(part))
+    for part in str(key)[:200].split(","):
+        a, _, b = part.partition("-")
+        try:
+            lo, hi = int(a), int(b) if b else int(a)
+        except ValueError:
+            raise InputError(f"series: {str(key)[:40]!r} is not a GPU index, range or list "
+                             "(use e.g. 0, \"1-7\", \"0,2\")") from None
+        if not 0 <= lo <= hi <= MAX_GPU:
+            raise InputError(f"series: GPUs {part.strip()!r} out of range (0 to {MAX_GPU}, "
+                             "low to high)")
+        out.extend(range(lo, hi + 1))
     return out
 
 
@@ -136,29 +195,45 @@ def _case(raw: Any, top: dict[str, Any], file: str, line: int,
     for k in raw:
         if k not in CASE_KEYS:
             raise InputError(f"unknown key {k!r} (expected {', '.join(CASE_KEYS)})")
-    interval = parse_duration(str(raw.get("interval", top.get("interval", "1s"))),
-                              what="interval")
-    if interval <= 0:
-        raise InputError("interval must be positive")
+    interval = duration_in(raw.get("interval", top.get("interval", "1s")), *INTERVAL_RANGE,
+                           what="interval")
     devs = {}
     for d in raw.get("devices", top.get("devices")) or []:
         d = dict(d)
         d.setdefault("uuid", f"GPU-{int(d['index'])}")
         devs[int(d["index"])] = DeviceInfo.from_dict(d)
     series: dict[int, dict[str, np.ndarray]] = {}
-    for key, metrics in (raw.get("series") or {}).items():
-        for gi in _gpu_keys(key):
-            for mname, text in (metrics or {}).items():
-                name = "lost" if mname == "lost" else catalogue.canonical(str(mname))
-                if name is None:
-                    raise InputError(f"series: unknown metric {mname!r}")
-                series.setdefault(gi, {})[name] = parse_series(str(text))
+    given = raw.get("series") or {}
+    if not isinstance(given, dict):
+        raise InputError("series: a mapping of GPU -> {metric: values}")
+    ticks, gpus, names = 0, set(), set()
+    for key, metrics in given.items():
+        keys = _gpu_keys(key)
+        if not isinstance(metrics, dict | None):
+            raise InputError(f"series: {key}: a mapping of metric -> values")
+        for mname, text in (metrics or {}).items():
+            name = "lost" if mname == "lost" else catalogue.canonical(str(mname))
+            if name is None:
+                raise InputError(f"series: unknown metric {str(mname)[:40]!r}")
+            values = parse_series(str(text))  # once for all the key's GPUs (not copied)
+            for gi in keys:
+                series.setdefault(gi, {})[name] = values
+            # the frame's size so far (an upper bound), refused before the next series
+            ticks, names = max(ticks, len(values)), names | {name}
+            gpus.update(keys)
+            _check_size(ticks, len(gpus), len(names))
+        for gi in keys:
             devs.setdefault(gi, DeviceInfo(index=gi, uuid=f"GPU-{gi}"))
     if not series:
         raise InputError("no input series")
-    xids = [XidEvent(ts=T0 + parse_duration(str(x["at"]), what="xids: at"),
-                     uuid=devs[int(x["gpu"])].uuid, index=int(x["gpu"]), code=int(x["code"]),
-                     source="replay") for x in raw.get("xids") or []]
+    xids = []
+    for x in raw.get("xids") or []:
+        if not isinstance(x, dict) or int(x["gpu"]) not in devs:
+            raise InputError(f"xids: {str(x)[:60]}: a mapping {{gpu, at, code}} naming a GPU "
+                             "of the test")
+        xids.append(XidEvent(ts=T0 + parse_duration(str(x["at"]), what="xids: at"),
+                             uuid=devs[int(x["gpu"])].uuid, index=int(x["gpu"]),
+                             code=int(x["code"]), source="replay"))
     expect = list(raw.get("expect") or [])
     for exp in expect:
         if not isinstance(exp, dict) or "kind" not in exp:
@@ -177,43 +252,68 @@ def _case(raw: Any, top: dict[str, Any], file: str, line: int,
                 eval_time=None if ev is None else parse_duration(str(ev), what="eval_time"),
                 expect=expect,
                 expect_absent=[str(x) for x in raw.get("expect_absent") or []],
-                allow_extra=bool(raw.get("allow_extra", False)))
+                allow_extra=bool(raw.get("allow_extra", False)),
+                values=ticks * len(gpus) * len(names))
+
+
+def _check_size(ticks: int, gpus: int, metrics: int) -> None:
+    """Refuse a test beyond :data:`MAX_READINGS` or :data:`MAX_VALUES`."""
+    if ticks * gpus > MAX_READINGS:
+        raise InputError(f"the test simulates {ticks} samples x {gpus} GPUs = "
+                         f"{ticks * gpus} readings, more than the {MAX_READINGS} a test may "
+                         "have")
+    if ticks * gpus * metrics > MAX_VALUES:
+        raise InputError(f"the test simulates {ticks * gpus} readings x {metrics} metrics = "
+                         f"{ticks * gpus * metrics} values, more than the {MAX_VALUES} a "
+                         "test may have")
 
 
 def build_frame(case: Case) -> Any:
-    """The case's input as a replay frame (ts, uuid, index, lost, metrics)."""
+    """The case's input as a replay frame (ts, uuid, index, lost, metrics): one row per
+    tick and GPU, sorted by time then GPU index, built column by column (a tick-major
+    grid of the series, no per-GPU frames to join and sort)."""
     import pandas as pd
 
     n = max(len(v) for s in case.series.values() for v in s.values())
     by_index = {d.index: d for d in case.devices}
-    parts = []
-    for gi, metrics in sorted(case.series.items()):
-        cols: dict[str, Any] = {"ts": T0 + np.arange(n) * case.interval,
-                                "uuid": by_index[gi].uuid, "index": gi}
-        lost = metrics.get("lost")
-        cols["lost"] = (np.zeros(n, bool) if lost is None
-                        else np.nan_to_num(_pad(lost, n)).astype(bool))
-        for name, vals in metrics.items():
-            if name != "lost":
-                cols[name] = _pad(vals, n)
-        parts.append(pd.DataFrame(cols))
-    frame = pd.concat(parts, ignore_index=True).sort_values(["ts", "index"], kind="stable")
+    gpus = sorted(case.series)
+    ticks = T0 + np.arange(n) * case.interval
     if case.eval_time is not None:
-        frame = frame[frame["ts"] <= T0 + case.eval_time]
-    return frame.reset_index(drop=True)
+        n = int(np.count_nonzero(ticks <= T0 + case.eval_time))
+        ticks = ticks[:n]
+    g = len(gpus)
+    names = list(dict.fromkeys(m for gi in gpus for m in case.series[gi] if m != "lost"))
 
+    def grid(name: str, fill: float) -> np.ndarray:
+        out = np.full((n, g), fill)
+        for j, gi in enumerate(gpus):
+            vals = case.series[gi].get(name)
+            if vals is not None:
+                out[:min(n, len(vals)), j] = vals[:n]
+        return out.ravel()
 
-def _pad(v: np.ndarray, n: int) -> np.ndarray:
-    return np.concatenate((v, np.full(n - len(v), np.nan))) if len(v) < n else v
+    cols: dict[str, Any] = {
+        "ts": np.repeat(ticks, g),
+        "uuid": np.tile(np.array([by_index[gi].uuid for gi in gpus], dtype=object), n),
+        "index": np.tile(np.array(gpus, dtype=np.int64), n),
+        "lost": np.nan_to_num(grid("lost", 0.0)).astype(bool),
+    }
+    for name in names:
+        cols[name] = grid(name, np.nan)
+    return pd.DataFrame(cols)
 
 
 def run_case(case: Case, rules: Any = None) -> list[str]:
     """Run one case; returns failure lines (empty = pass)."""
     from watchdog.detect import Detector, load_rules
+    from watchdog.pipeline.replay import feed_blocks
 
     rules = rules if rules is not None else load_rules(case.rule_files)
     det = Detector(rules, "test-host", case.devices)
-    det.feed_frame(build_frame(case), case.xids)
+    # in blocks of whole ticks, as replay feeds it (the same incidents as one frame, by
+    # the engine's block == tick guarantee): the engine's memory stays that of a block
+    feed_blocks(det, build_frame(case), sorted(case.xids, key=lambda x: x.ts),
+                block_rows=BLOCK_ROWS)
     got = det.finish()
     failures: list[str] = []
     unmatched = list(got)

@@ -6,7 +6,8 @@ checked by the sink's own ``from_config`` (secrets are read there, from the envi
 a file the config names; never from this file).
 
 Durations are clock seconds: grouping timers run on the agent's injected clock, so a
-simulated node at ``--speed 30`` groups in simulated time.
+simulated node at ``--speed 30`` groups in simulated time. Every timer and count has a
+range (:data:`RANGES`); a value outside it is an :class:`InputError` naming the range.
 """
 
 from __future__ import annotations
@@ -17,7 +18,7 @@ from typing import Any
 
 from watchdog.errors import InputError
 from watchdog.incident import KINDS, SEVERITIES
-from watchdog.units import parse_duration
+from watchdog.units import duration_in, number_in
 
 SINK_TYPES = ("slack", "pagerduty", "alertmanager", "webhook", "log")
 #: Kinds that make every other kind on the same GPU (or node) pointless to page about.
@@ -106,19 +107,39 @@ class NotifyConfig:
 
 _TIMERS = ("group_wait", "group_interval", "repeat_interval", "resolve_hold", "flap_window",
            "flap_hold", "restart_grace", "sink_fail_after", "drain_timeout")
+_M, _H, _D = 60.0, 3600.0, 86400.0
+#: (low, high) of every timer (seconds) and count, both ends included.
+RANGES: dict[str, tuple[float, float]] = {
+    "group_wait": (0.0, _H),
+    "group_interval": (0.0, _D),
+    "repeat_interval": (_M, 30 * _D),
+    "resolve_hold": (0.0, _D),
+    "flap_window": (_M, 7 * _D),
+    "flap_hold": (0.0, 7 * _D),
+    "restart_grace": (0.0, _D),
+    "sink_fail_after": (10.0, 7 * _D),
+    "drain_timeout": (0.0, _M),  # the unit's TimeoutStopSec is 30 s: keep it below that
+    "flap_count": (1, 1000),
+    "outbox_max": (1, 1_000_000),
+}
 _KEYS = {*_TIMERS, "flap_count", "send_resolved", "outbox_max", "routes", "inhibit", "sinks"}
 
 
-def key_lines(path: str | Path | None) -> dict[tuple[str, ...], int]:
-    """``{("notify", "sinks", "slack", "token_env"): line, …}`` for every mapping key."""
-    if path is None:
-        return {}
+def key_lines(path: str | Path | None, node: Any = None) -> dict[tuple[str, ...], int]:
+    """``{("notify", "sinks", "slack", "token_env"): line, …}`` for every mapping key of
+    the config's node graph ``node`` (or of the file ``path``, read within the bounds of
+    :mod:`watchdog.yamlsafe`, which also bounds this walk)."""
     import yaml
 
-    try:
-        node = yaml.compose(Path(path).read_text(encoding="utf-8"))
-    except (OSError, yaml.YAMLError, UnicodeDecodeError):
-        return {}
+    if node is None:
+        if path is None:
+            return {}
+        from watchdog import yamlsafe
+
+        try:
+            node = yamlsafe.compose(yamlsafe.read_text(path, "config"), str(path))
+        except InputError:
+            return {}
     out: dict[tuple[str, ...], int] = {}
 
     def walk(n: Any, at: tuple[str, ...]) -> None:
@@ -137,9 +158,10 @@ def key_lines(path: str | Path | None) -> dict[tuple[str, ...], int]:
 
 
 def parse_notify(data: Any, lines: dict[str, int], path: str | None,
-                 runbook_url: str | None = None) -> NotifyConfig:
-    """Validate ``notify:`` (``data``); ``lines`` are the config's top-level key lines."""
-    nested = key_lines(path)
+                 runbook_url: str | None = None, node: Any = None) -> NotifyConfig:
+    """Validate ``notify:`` (``data``); ``lines`` are the config's top-level key lines,
+    ``node`` the config's YAML node graph (read again from ``path`` when not given)."""
+    nested = key_lines(path, node)
 
     def at(*keys: str) -> str:
         line = nested.get(("notify", *keys)) or lines.get("notify", "?")
@@ -156,13 +178,12 @@ def parse_notify(data: Any, lines: dict[str, int], path: str | None,
     out: dict[str, Any] = {"path": path, "runbook_url": runbook_url}
     for k in _TIMERS:
         if k in data:
-            out[k] = parse_duration(str(data[k]), what=at(k))
+            lo, hi = RANGES[k]
+            out[k] = duration_in(data[k], lo, hi, what=at(k))
     for k in ("flap_count", "outbox_max"):
         if k in data:
-            v = data[k]
-            if not isinstance(v, int) or isinstance(v, bool) or v < 1:
-                raise InputError(f"{at(k)}: must be a positive integer")
-            out[k] = v
+            lo, hi = RANGES[k]
+            out[k] = int(number_in(data[k], int(lo), int(hi), what=at(k), integer=True))
     if "send_resolved" in data:
         if not isinstance(data["send_resolved"], bool):
             raise InputError(f"{at('send_resolved')}: must be true or false")
@@ -228,6 +249,8 @@ def _routes(data: Any, names: set[str], at: Any) -> tuple[Route, ...]:
             raise InputError(f"{where}: a route is {{match: {{severity: …, kind: …}}, sinks: "
                              "[NAME, …], continue: false}}")
         sinks = [r["sinks"]] if isinstance(r["sinks"], str) else r["sinks"]
+        if not isinstance(sinks, list) or not all(isinstance(s, str) for s in sinks):
+            raise InputError(f"{where}: sinks must be a sink name or a list of them")
         for s in sinks:
             if s not in names:
                 raise InputError(f"{where}: sink {s!r} is not defined under notify.sinks")

@@ -62,12 +62,25 @@ def open_live(spec: str, options: SourceOptions, start: float):
     raise InputError(f"--source {spec}: a log file is not a live source")
 
 
+def check_live(spec: str, options: SourceOptions) -> None:
+    """Check a live source spec whole, now: for ``sim…`` the scenario names, their
+    parameters and times and the GPUs they name (against ``options.sim_gpus`` and
+    ``sim_model``), by building the node once and dropping it (milliseconds, nothing
+    sampled). :class:`InputError` names the bad part and the known scenarios. A command
+    calls this before it starts, so a typo is one line and exit 2 (or UNKNOWN for
+    ``check``), not an error on every tick of a running daemon. ``nvml`` is checked by
+    opening it, which is the daemon's business (it retries a missing driver)."""
+    if kind_of(spec) == "sim":
+        open_live(spec, options, start=0.0).close()
+
+
 def open_recorded(path: str, options: SourceOptions):
     """Open a recorded log or recording at ``path`` (any format the replay reader knows).
 
-    Returns an object satisfying :class:`watchdog.sources.base.RecordedSource`.
+    Returns an object satisfying :class:`watchdog.sources.base.RecordedSource`. ``-`` is
+    standard input (a pipe, read whole: see :mod:`watchdog.sources.replay`).
     """
-    if not os.path.exists(path):
+    if path != "-" and not os.path.exists(path):
         raise InputError(f"{path}: no such file")
     from watchdog.sources.replay import open_log
 

@@ -20,6 +20,12 @@ Beside the frame: ``Recording.xids`` (list of XidEvent, time order), ``Recording
 and ``Recording.errors`` (sparse, keyed by ``(ts, uuid)``), ``Recording.warnings`` (lines
 about data dropped or repaired: truncated last line, absurd values, ignored columns) and
 ``Recording.devices()``. ``Recording.ticks()`` gives the same data as ``Sample`` objects.
+
+Piped input: a path that is not a regular file (``/dev/stdin``, a FIFO, a process
+substitution; ``-`` is standard input) is read whole into memory once, up to 64 MiB
+(:data:`.blob.MAX_STREAM`), and never in parts. Since a pipe can be read only once, the
+bytes :func:`open_parts` read are kept for the :func:`open_log` of the same path that
+follows it (``watchdog replay`` calls both).
 """
 
 from __future__ import annotations
@@ -36,7 +42,13 @@ if TYPE_CHECKING:
     from watchdog.sources.replay.blob import Blob
     from watchdog.sources.replay.parts import Parts
 
-__all__ = ["Recording", "open_log", "open_parts"]
+__all__ = ["STDIN", "Recording", "open_log", "open_parts"]
+
+#: What ``-`` reads: standard input (a pipe, or a file redirected with ``<``).
+STDIN = "/dev/stdin"
+#: The stream :func:`open_parts` read and did not use, for the :func:`open_log` after it.
+_pending: dict[str, Blob] = {}
+
 
 def open_log(path: str | os.PathLike[str], *, mapping: dict[str, str] | None = None,
              host: str | None = None, tz: str | None = None,
@@ -52,12 +64,9 @@ def open_log(path: str | os.PathLike[str], *, mapping: dict[str, str] | None = N
     cannot serve it).
     Every problem with the input raises :class:`InputError` with one line naming the file.
     """
-    p = os.fspath(path)
-    from watchdog.sources.replay.blob import Blob
-    from watchdog.sources.replay.sniff import sniff
-
-    blob = Blob(p)
-    kind = sniff(p, blob.head)
+    p = _name(path)
+    blob = _pending.pop(p, None) or _open(p)
+    kind = _kind(p, blob)
     if tz is not None:
         check_tz(tz)
     if kind == "recording":
@@ -65,16 +74,22 @@ def open_log(path: str | os.PathLike[str], *, mapping: dict[str, str] | None = N
 
         if mapping:
             raise InputError(f"{p}: --map does not apply to a watchdog recording")
-        rec = recording.read(p, blob.all(), host=host)  # default: the host it was recorded on
+        with blob.mapped() as data:  # records are copied out one at a time
+            rec = recording.read(p, data, host=host)  # default: the host it was recorded on
         if len(rec.frame) == 0:  # not a clean bill of health: nothing was looked at
             raise InputError(f"{p}: a recording with no samples (nothing to replay)")
         return rec
     host = host or Path(p).stem
+    if not blob.regular:
+        in_parts = False  # parts map the file: a pipe is read once, into memory
     if kind == "dmon":
         from watchdog.sources.replay import dmon
 
-        return dmon.read(p, blob.all(), host=host, tz=tz, interval=dmon_interval,
-                         mtime=os.path.getmtime(p))
+        blob.check_text()
+        rec = dmon.read(p, blob.all(), host=host, tz=tz, interval=dmon_interval,
+                        mtime=blob.mtime)
+        rec.warnings[:0] = blob.notes
+        return rec
     from watchdog.sources.replay import mapped, smi_csv
 
     if mapping:
@@ -83,6 +98,26 @@ def open_log(path: str | os.PathLike[str], *, mapping: dict[str, str] | None = N
     if whole is not None:
         return whole
     return smi_csv.read(p, blob, mapping=None, host=host, tz=tz)
+
+
+def _name(path: str | os.PathLike[str]) -> str:
+    p = os.fspath(path)
+    return STDIN if p == "-" else p
+
+
+def _open(p: str) -> Blob:
+    from watchdog.sources.replay.blob import Blob
+
+    return Blob(p)
+
+
+def _kind(path: str, blob: Blob) -> str:
+    """The file's format (:func:`.sniff.sniff`), after cutting a text log's NUL tail."""
+    from watchdog.sources.replay.sniff import MAGIC, sniff
+
+    if not blob.head.startswith(MAGIC):
+        blob.trim_nul_tail()
+    return sniff(path, blob.head)
 
 
 def _in_parts(path: str, blob: Blob, *, host: str, tz: str | None) -> Recording | None:
@@ -106,13 +141,15 @@ def open_parts(path: str | os.PathLike[str], *, host: str | None = None,
     """A large ``nvidia-smi`` CSV log to be read in parts on a worker thread
     (:class:`~watchdog.sources.replay.parts.Parts`), or None: read it with :func:`open_log`
     (a small file, another format, a log that cannot be cut into parts)."""
-    p = os.fspath(path)
-    from watchdog.sources.replay.blob import Blob
+    p = _name(path)
     from watchdog.sources.replay.parts import MIN_BYTES, NotInParts, Parts
-    from watchdog.sources.replay.sniff import sniff
 
-    blob = Blob(p)
-    if blob.size < MIN_BYTES or sniff(p, blob.head) != "csv":
+    blob = _pending.pop(p, None) or _open(p)
+    if not blob.regular:  # read once, now: open_log gets these bytes, not an empty pipe
+        _pending.clear()
+        _pending[p] = blob
+        return None
+    if blob.size < MIN_BYTES or _kind(p, blob) != "csv" or blob.size < MIN_BYTES:
         return None
     if tz is not None:
         check_tz(tz)

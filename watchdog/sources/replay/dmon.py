@@ -4,7 +4,8 @@ dmon prints a ``# gpu pwr gtemp …`` name line and a ``# Idx W C …`` unit lin
 them every screenful, separates columns by spaces (or commas with ``--format csv``) and
 prints ``-`` for a value it cannot read. Header and unit lines are skipped wherever they
 appear; a line whose field count differs from the header is an error, except a truncated
-last line, which is dropped with a warning.
+last line, which is dropped with a warning. At most 1024 columns; the file was checked
+for NUL bytes and overlong lines before it gets here (:meth:`.blob.Blob.check_text`).
 
 Times: ``-o DT`` gives ``Date`` (YYYYMMDD) and ``Time`` (HH:MM:SS) in the logging host's
 local time, read in ``tz`` (default UTC). With ``-o T`` only, the date is taken from the
@@ -31,6 +32,7 @@ from watchdog import catalogue
 from watchdog.errors import InputError
 from watchdog.sources.replay import convert
 from watchdog.sources.replay.frame import Recording, build, standin_uuid
+from watchdog.sources.replay.smi_csv import MAX_COLUMNS
 
 COLUMNS: dict[str, tuple[str, float]] = {  # dmon name -> (catalogue name, scale)
     "pwr": ("power.draw", 1.0), "gtemp": ("temperature.gpu", 1.0),
@@ -68,6 +70,9 @@ def read(path: str, data: bytes, *, host: str, tz: str | None, interval: float,
         raise InputError(f"{path}:1: no '# gpu …' header line (not nvidia-smi dmon output)")
     if "gpu" not in names:
         raise InputError(f"{path}:1: dmon header has no 'gpu' column")
+    if len(names) > MAX_COLUMNS:
+        raise InputError(f"{path}:1: dmon header has {len(names)} columns, more than the "
+                         f"{MAX_COLUMNS} a GPU log may have")
     want = len(names)
 
     def nfields(s: str) -> int:
@@ -83,10 +88,14 @@ def read(path: str, data: bytes, *, host: str, tz: str | None, interval: float,
                              "'# gpu …' header (mismatched columns)")
     if not rows:
         raise InputError(f"{path}: no data rows")
-    body = "\n".join(rows)
+    # fields split the way nfields() counted them (any whitespace, \v and \f included),
+    # so pandas sees exactly the fields that were checked
+    body = "\n".join(rows if sep_comma else (" ".join(r.split()) for r in rows))
+    # lines end at "\n" only: a stray "\r" inside a line is not a row of its own (pandas
+    # would split it into one, and the row numbers in messages would drift)
     raw = pd.read_csv(io.StringIO(body), sep="," if sep_comma else r"\s+", header=None,
                       names=names, index_col=False, na_values=["-", "N/A", "[N/A]"],
-                      skipinitialspace=True)
+                      skipinitialspace=True, lineterminator="\n")
     lines_arr = np.asarray(line_no)
 
     def where(row: int) -> str:

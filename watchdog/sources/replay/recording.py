@@ -14,6 +14,7 @@ whose length or CRC does not check out and warns (a file without ``E`` was not c
 
 from __future__ import annotations
 
+import dataclasses
 import io
 import json
 import math
@@ -40,7 +41,8 @@ _CRC = struct.Struct("<I")
 class RecordingWriter:
     """Append samples to a ``.wdrec`` file chunk by chunk.
 
-    ``chunk_rows`` bounds memory (samples buffered before a chunk is written). Use as a
+    ``chunk_rows`` bounds memory (samples buffered before a chunk is written; at most
+    :data:`MAX_CHUNK_ROWS`, the most a reader accepts in one chunk). Use as a
     context manager, or call :meth:`close`; a writer never closed leaves a file the reader
     still loads (with a warning).
     """
@@ -48,7 +50,7 @@ class RecordingWriter:
     def __init__(self, path: str | os.PathLike[str], *, host: str, devices: list[DeviceInfo],
                  source: str = "", chunk_rows: int = 4096) -> None:
         self.path = os.fspath(path)
-        self.chunk_rows = max(1, chunk_rows)
+        self.chunk_rows = max(1, min(chunk_rows, MAX_CHUNK_ROWS))  # what a reader accepts
         self._buf: list[Sample] = []
         self.rows = 0
         self.first_ts: float | None = None
@@ -177,7 +179,30 @@ def _chunk_arrays(samples: list[Sample]) -> dict[str, np.ndarray]:
     return arrays
 
 
-def _records(path: str, data: bytes, warnings: list[str]) -> list[tuple[bytes, bytes]]:
+# --- reading: every structure checked, every decompression bounded ----------------------
+#: The most bytes one JSON record (manifest, inventory, end) or a chunk's ``meta`` may have.
+MAX_JSON = 16 << 20
+#: The most samples (rows) one chunk may hold (the writer's default is 4096, a converted
+#: log's 65 536).
+MAX_CHUNK_ROWS = 1 << 20
+#: The most arrays one chunk may hold (5 fixed + ``meta`` + two per metric).
+MAX_CHUNK_ARRAYS = 1024
+#: The most GPUs a manifest or a chunk may list, and the highest GPU index.
+MAX_GPUS = 4096
+MAX_INDEX = 65535
+#: Every chunk's arrays together, uncompressed, may declare at most this many bytes per
+#: byte of the file, beyond a first 64 MiB, and never more than MAX_TOTAL. Real
+#: recordings decompress 15-20x (sim) to ~50x (an idle node, nearly every value constant);
+#: a deflate bomb of zeros decompresses ~1000x.
+MAX_RATIO = 128
+MAX_TOTAL = 2 << 30
+_CHUNK_FIXED = {"ts": "f", "index": "iu", "uuid_code": "iu", "uuids": "U", "lost": "b",
+                "meta": "u"}
+
+
+def _records(path: str, data: Any, warnings: list[str]) -> list[tuple[bytes, bytes]]:
+    """``(kind, payload)`` of each record of ``data`` (bytes or a memory map), checked
+    against its length and CRC; a damaged tail is dropped with a warning."""
     out = []
     pos = len(MAGIC)
     ended = False
@@ -191,7 +216,10 @@ def _records(path: str, data: bytes, warnings: list[str]) -> list[tuple[bytes, b
             warnings.append(f"{path}: truncated or damaged record at byte {pos} dropped "
                             "(recording interrupted?)")
             break
-        payload = data[pos + _HDR.size:end]
+        if kind != b"C" and length > MAX_JSON:
+            raise InputError(f"{path}: record at byte {pos} declares {length} bytes of JSON "
+                             f"(at most {MAX_JSON >> 20} MiB): damaged file")
+        payload = bytes(data[pos + _HDR.size:end])
         (crc,) = _CRC.unpack_from(data, end)
         if crc != zlib.crc32(payload):
             warnings.append(f"{path}: record at byte {pos} fails its checksum; rest dropped")
@@ -206,38 +234,205 @@ def _records(path: str, data: bytes, warnings: list[str]) -> list[tuple[bytes, b
     return out
 
 
-def read(path: str, data: bytes, *, host: str | None) -> Recording:
-    """Load a ``.wdrec`` file into a :class:`Recording`."""
+def read(path: str, data: Any, *, host: str | None) -> Recording:
+    """Load a ``.wdrec`` file (its bytes, or a memory map of them) into a
+    :class:`Recording`. Every structure is checked before it is used (JSON types, array
+    names, dtypes, shapes, column lengths, index ranges) and every chunk's declared size
+    before anything is decompressed: damage of any kind is one :class:`InputError`."""
+    from watchdog.npzsafe import Archive
+
     warnings: list[str] = []
     records = _records(path, data, warnings)
     if not records or records[0][0] != b"M":
         raise InputError(f"{path}: recording has no manifest (damaged file)")
-    try:
-        manifest = json.loads(records[0][1])
-    except ValueError:
-        raise InputError(f"{path}: recording manifest is not JSON (damaged file)") from None
-    if manifest.get("format") != FORMAT:
+    manifest = _json(records[0][1], path, "manifest")
+    if not isinstance(manifest, dict) or manifest.get("format") != FORMAT:
         raise InputError(f"{path}: not an nvml-watchdog recording")
-    if int(manifest.get("version", 0)) > VERSION:
+    version = manifest.get("version", 0)
+    if isinstance(version, bool) or not isinstance(version, int | float) or not (
+            math.isfinite(version)):
+        raise InputError(f"{path}: recording manifest: version {version!r} is not a number")
+    if version > VERSION:
         raise InputError(f"{path}: recording format version {manifest['version']} is newer "
                          f"than this watchdog reads ({VERSION}); upgrade nvml-watchdog")
-    devices = [DeviceInfo.from_dict(d) for d in manifest.get("devices", [])]
-    parts: list[dict[str, np.ndarray]] = []
-    metas: list[dict[str, Any]] = []
-    for kind, payload in records[1:]:
-        if kind == b"D":
-            devices = [DeviceInfo.from_dict(d) for d in json.loads(payload)]
-        elif kind == b"C":
-            try:
-                with np.load(io.BytesIO(payload), allow_pickle=False) as z:
-                    arr = {k: z[k] for k in z.files}
-                meta = json.loads(arr.pop("meta").tobytes())
-            except (ValueError, OSError, KeyError) as e:
-                raise InputError(f"{path}: damaged chunk: {e}") from None
-            parts.append(arr)
-            metas.append(meta)
-    return _assemble(path, host or manifest.get("host") or "replay", parts, metas, devices,
-                     warnings)
+    rec_host = manifest.get("host")
+    if rec_host is not None and not isinstance(rec_host, str):
+        raise InputError(f"{path}: recording manifest: host is not a string")
+    devices = _devices(manifest.get("devices", []), path, "manifest")
+    budget = min(MAX_TOTAL, (64 << 20) + MAX_RATIO * len(data))
+    chunks: list[tuple[Archive, str]] = []
+    declared = 0
+    try:
+        # first every chunk's declared arrays (nothing decompressed beyond the headers)…
+        steps: list[tuple[bytes, Any]] = []
+        for kind, payload in records[1:]:
+            if kind == b"D":
+                steps.append((kind, _devices(_json(payload, path, "inventory"), path,
+                                             "inventory")))
+            elif kind == b"C":
+                where = f"{path}: chunk {len(chunks) + 1}"
+                z = Archive(payload, where, max_members=MAX_CHUNK_ARRAYS,
+                            max_bytes=budget - declared)
+                chunks.append((z, where))
+                _check_chunk(z, where)
+                declared += z.declared
+                steps.append((kind, len(chunks) - 1))
+        # …then the arrays, each within its declared size
+        parts: list[dict[str, np.ndarray]] = []
+        metas: list[dict[str, Any]] = []
+        for kind, item in steps:
+            if kind == b"D":
+                devices = item
+            else:
+                z, where = chunks[item]
+                arr = {name: z.read(name) for name in z.members}
+                meta = _meta(arr.pop("meta"), len(arr["ts"]), where)
+                _check_values(arr, where)
+                parts.append(arr)
+                metas.append(meta)
+                z.close()
+    finally:
+        for z, _ in chunks:
+            z.close()
+    return _assemble(path, host or rec_host or "replay", parts, metas, devices, warnings)
+
+
+def _json(payload: bytes, path: str, what: str) -> Any:
+    try:
+        return json.loads(payload)
+    except (ValueError, RecursionError):
+        raise InputError(f"{path}: recording {what} is not JSON (damaged file)") from None
+
+
+_TYPES: dict[str, tuple[type, ...]] = {"int": (int,), "float": (int, float), "str": (str,),
+                                       "bool": (bool,)}
+MAX_TEXT = 4096  # characters of any string in a recording's JSON
+
+
+def _typed(cls: Any, d: Any, where: str) -> Any:
+    """``cls(**d)`` for a dataclass of plain fields, each value checked against its
+    annotation (``int``, ``float | None``…) first: a wrong type is an InputError."""
+    if not isinstance(d, dict):
+        raise InputError(f"{where}: expected an object, got {type(d).__name__}")
+    fields = cls.__dataclass_fields__
+    out = {}
+    for name, f in fields.items():
+        if name not in d:
+            if f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING:
+                raise InputError(f"{where}: {cls.__name__} lacks {name!r}")
+            continue
+        v = d[name]
+        ann = str(f.type).replace(" ", "").split("|")
+        if v is None and "None" in ann:
+            out[name] = v
+            continue
+        allowed = tuple(t for a in ann for t in _TYPES.get(a, ()))
+        ok = isinstance(v, allowed) and not (isinstance(v, bool) and bool not in allowed)
+        if ok and isinstance(v, float) and not math.isfinite(v):
+            ok = False
+        if ok and isinstance(v, str) and len(v) > MAX_TEXT:
+            ok = False
+        if not ok:
+            raise InputError(f"{where}: {cls.__name__}.{name} = {str(v)[:40]!r} has the wrong "
+                             "type or size")
+        out[name] = v
+    return cls(**out)
+
+
+def _devices(items: Any, path: str, what: str) -> list[DeviceInfo]:
+    if not isinstance(items, list) or len(items) > MAX_GPUS:
+        raise InputError(f"{path}: recording {what}: devices must be a list of at most "
+                         f"{MAX_GPUS} GPUs")
+    out = [_typed(DeviceInfo, d, f"{path}: recording {what}") for d in items]
+    if any(not 0 <= d.index <= MAX_INDEX for d in out):
+        raise InputError(f"{path}: recording {what}: a GPU index outside 0..{MAX_INDEX}")
+    return out
+
+
+def _check_chunk(z: Any, where: str) -> None:
+    """Names, dtypes and shapes of a chunk's arrays, from their headers alone."""
+    m = z.members
+    missing = [k for k in _CHUNK_FIXED if k not in m]
+    if missing:
+        raise InputError(f"{where}: no {', '.join(missing)} array (damaged chunk)")
+    ts = m["ts"]
+    if len(ts.shape) != 1 or ts.shape[0] > MAX_CHUNK_ROWS:
+        raise InputError(f"{where}: {ts.shape} samples, at most {MAX_CHUNK_ROWS} in one "
+                         "chunk (damaged file?)")
+    n = ts.shape[0]
+    for name, mem in m.items():
+        kinds = _CHUNK_FIXED.get(name)
+        if kinds is None:
+            metric = name[3:]
+            if (not name.startswith(("v__", "k__")) or not 0 < len(metric) <= 128
+                    or metric in ("ts", "uuid", "index", "lost")):
+                raise InputError(f"{where}: unexpected array {name[:60]!r}")
+            kinds = "f" if name.startswith("v__") else "b"
+        if mem.dtype.kind not in kinds or len(mem.shape) != 1:
+            raise InputError(f"{where}: array {name!r} has dtype {mem.dtype.str} and "
+                             f"{len(mem.shape)} dimensions (damaged chunk)")
+        if name == "uuids":
+            if not (0 < mem.shape[0] <= min(max(n, 1), MAX_GPUS) or n == 0) or (
+                    mem.dtype.itemsize > 4 * 256):
+                raise InputError(f"{where}: {mem.shape[0]} GPU UUIDs for {n} samples "
+                                 "(damaged chunk)")
+        elif name == "meta":
+            if mem.dtype.itemsize != 1 or mem.shape[0] > MAX_JSON:
+                raise InputError(f"{where}: meta of {mem.shape[0]} bytes (at most "
+                                 f"{MAX_JSON >> 20} MiB)")
+        elif mem.shape[0] != n:
+            raise InputError(f"{where}: array {name!r} has {mem.shape[0]} rows, ts has {n} "
+                             "(ragged columns)")
+
+
+def _check_values(arr: dict[str, np.ndarray], where: str) -> None:
+    n = len(arr["ts"])
+    if not n:
+        return
+    if not np.isfinite(arr["ts"]).all():
+        raise InputError(f"{where}: a timestamp is not a finite number (damaged chunk)")
+    codes, idx = arr["uuid_code"], arr["index"]
+    if codes.min() < 0 or codes.max() >= len(arr["uuids"]):
+        raise InputError(f"{where}: uuid_code outside the chunk's {len(arr['uuids'])} UUIDs")
+    if idx.min() < 0 or idx.max() > MAX_INDEX:
+        raise InputError(f"{where}: a GPU index outside 0..{MAX_INDEX}")
+
+
+def _meta(raw: np.ndarray, n: int, where: str) -> dict[str, Any]:
+    """The chunk's sparse data, each entry ``[row, value]`` checked: row in range, value
+    of the right shape (errors: texts, processes: ProcessInfo objects, xids: XidEvent)."""
+    try:
+        meta = json.loads(raw.tobytes())
+    except (ValueError, RecursionError):
+        raise InputError(f"{where}: meta is not JSON (damaged chunk)") from None
+    if not isinstance(meta, dict):
+        raise InputError(f"{where}: meta is not an object (damaged chunk)")
+    out: dict[str, Any] = {}
+    for key in ("errors", "processes", "xids"):
+        items = meta.get(key, [])
+        if not isinstance(items, list):
+            raise InputError(f"{where}: meta.{key} is not a list")
+        checked = []
+        for item in items:
+            if (not isinstance(item, list) or len(item) != 2 or isinstance(item[0], bool)
+                    or not isinstance(item[0], int) or not 0 <= item[0] < n):
+                raise InputError(f"{where}: meta.{key}: an entry is not [row, value] with a "
+                                 f"row of the chunk's {n}")
+            r, v = item
+            if key == "errors":
+                if not isinstance(v, list) or not all(
+                        isinstance(t, str) and len(t) <= MAX_TEXT for t in v):
+                    raise InputError(f"{where}: meta.errors: row {r} is not a list of texts")
+                checked.append((r, tuple(v)))
+            elif key == "processes":
+                if not isinstance(v, list):
+                    raise InputError(f"{where}: meta.processes: row {r} is not a list")
+                checked.append((r, tuple(_typed(ProcessInfo, d, f"{where}: meta.processes")
+                                         for d in v)))
+            else:
+                checked.append((r, _typed(XidEvent, v, f"{where}: meta.xids")))
+        out[key] = checked
+    return out
 
 
 def _assemble(path: str, host: str, parts: list[dict[str, np.ndarray]],
@@ -264,11 +459,11 @@ def _assemble(path: str, host: str, parts: list[dict[str, np.ndarray]],
             has[m].append(np.full(n, v is not None) if k is None else k)
         ts_l = p["ts"].tolist()
         for r, texts in meta.get("errors", []):
-            errors[(ts_l[r], str(uu[r]))] = tuple(texts)
+            errors[(ts_l[r], str(uu[r]))] = texts
         for r, procs in meta.get("processes", []):
-            processes[(ts_l[r], str(uu[r]))] = tuple(ProcessInfo(**d) for d in procs)
+            processes[(ts_l[r], str(uu[r]))] = procs
         for r, x in meta.get("xids", []):
-            sample_xids.setdefault((ts_l[r], str(uu[r])), []).append(XidEvent(**x))
+            sample_xids.setdefault((ts_l[r], str(uu[r])), []).append(x)
 
     def cat(xs: list[np.ndarray], dtype: Any) -> np.ndarray:
         return np.concatenate(xs).astype(dtype, copy=False) if xs else np.zeros(0, dtype)

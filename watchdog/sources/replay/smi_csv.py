@@ -18,6 +18,11 @@ field order to assume, and guessing would silently mislabel columns. With such a
 a header line, if there is one, is ignored: the way out for a header that does not match
 its rows. A header repeated before every sample (a logging loop) is skipped and counted;
 ``nvidia-smi``'s table output is recognised and answered with how to log CSV.
+
+Bounds, checked from the head before any parsing: the header line at most 64 KiB and
+:data:`MAX_COLUMNS` columns; then, in two ``memchr`` passes over the file
+(:meth:`.blob.Blob.check_text`), no NUL byte and no line longer than 64 KiB. A NUL tail
+(a crash mid-write) was cut off before, with a warning (:meth:`.blob.Blob.trim_nul_tail`).
 """
 
 from __future__ import annotations
@@ -33,7 +38,7 @@ import pandas as pd
 from watchdog import catalogue, reasons
 from watchdog.errors import InputError
 from watchdog.sources.replay import convert, maxclock
-from watchdog.sources.replay.blob import Blob
+from watchdog.sources.replay.blob import HEAD, MAX_LINE, Blob
 from watchdog.sources.replay.frame import OutOfOrder, Recording, build, standin_uuid
 
 ID_FIELDS = {"timestamp", "index", "uuid", "pci.bus_id", "name", "serial", "vbios_version",
@@ -57,6 +62,8 @@ REASON_BITS = reasons.SMI_COLUMNS
 # requested limit vs the enforced one). Both present is normal: no "repeats" warning.
 SECONDARY = {"power.draw.instant", "power.limit"}
 REASON_PREFIXES = ("clocks_event_reasons.", "clocks_throttle_reasons.")
+#: The most columns a CSV log may have (``nvidia-smi --query-gpu`` knows about 300 fields).
+MAX_COLUMNS = 1024
 _PARSER_ERR = re.compile(r"Expected (?P<want>\d+) fields in line (?P<line>\d+), saw (?P<saw>\d+)")
 
 
@@ -178,10 +185,11 @@ def prepare(path: str, blob: Blob, mapping: dict[str, str] | None) -> Prep:
     """Decide the header, the field count and a truncated last line from the head and
     tail of the file (no row is parsed here)."""
     mapping = dict(mapping or {})
-    warnings: list[str] = []
+    warnings: list[str] = list(blob.notes)
     head = blob.head
     if b"\n" not in head and not blob.loaded:
-        head = blob.all()
+        raise InputError(f"{path}:1: the first line is longer than {HEAD >> 10} KiB (not a "
+                         "GPU log?)")
     pos = 0
     while True:  # skip leading blank lines
         nl = head.find(b"\n", pos)
@@ -224,6 +232,10 @@ def prepare(path: str, blob: Blob, mapping: dict[str, str] | None) -> Prep:
         raise InputError(f"{path}:{first_no}: no header line; name the columns by number, "
                          "e.g. --map timestamp=1,index=2,power.draw=3")
     expected = first_line.count(",")
+    if expected + 1 > MAX_COLUMNS:
+        raise InputError(f"{path}:{first_no}: {expected + 1} columns, more than the "
+                         f"{MAX_COLUMNS} a GPU log may have")
+    blob.check_text()  # no NUL byte, no line longer than MAX_LINE: before any parsing
     repeats = 0
     raw_line = line.rstrip(b"\r")
     if has_header and blob.dropped:
@@ -237,14 +249,14 @@ def prepare(path: str, blob: Blob, mapping: dict[str, str] | None) -> Prep:
         warnings.append(f"{path}: {repeats} repeated header line(s) skipped (a log "
                         "appended in a loop; add ,noheader to --format after the first)")
     body_end = blob.size
-    tail = blob.tail()
+    tail = blob.tail(2 * MAX_LINE + 2)  # holds a line end unless the file is one line
     if not tail.endswith(b"\n"):
         if b"\n" not in tail and not blob.loaded:
             tail = blob.all()
         last_start = blob.size - len(tail) + tail.rfind(b"\n") + 1
         last_text = tail[tail.rfind(b"\n") + 1:].rstrip(b"\r")
         if last_start > pos and (last_text.count(b",") < expected or last_text.endswith(b",")):
-            ln = blob.all().count(b"\n", 0, last_start) + 1
+            ln = blob.count_lines(last_start) + 1
             warnings.append(f"{path}:{ln}: truncated last line dropped")
             body_end = last_start
     lines = _Lines(lambda: blob.all()[:body_end], has_header or bool(skip))

@@ -24,6 +24,7 @@ from watchdog.errors import InputError
 _ITEM = re.compile(r"^(?P<name>[A-Za-z_][A-Za-z0-9_]*)(?:\((?P<params>[^()]*)\))?"
                    r"(?:@(?P<onset>[^@()]+))?$")
 MAX_DURATION_S = 366 * 86400.0
+MAX_ITEMS = 64  # scenarios in one spec
 
 
 @dataclass(frozen=True, slots=True)
@@ -97,8 +98,12 @@ def parse_spec(spec: str) -> list[Request]:
     body = s[4:]
     if not body:
         raise InputError(f"--source {spec!r}: no scenario after 'sim:'")
+    items = split_items(body)
+    if len(items) > MAX_ITEMS:
+        raise InputError(f"--source {spec[:60]!r}…: {len(items)} scenarios, at most "
+                         f"{MAX_ITEMS} in one spec")
     out: list[Request] = []
-    for item in split_items(body):
+    for item in items:
         m = _ITEM.match(item)
         if not m:
             raise InputError(

@@ -225,8 +225,13 @@ def from_dict(d: dict) -> Scenario:
 
 
 def load(path: str) -> Scenario:
-    """Read a scenario from a YAML file (see ``tests/fixtures/nvml/mixed_node.yaml``)."""
-    import yaml
+    """Read a scenario from a YAML file (see ``tests/fixtures/nvml/mixed_node.yaml``),
+    within the bounds of :mod:`watchdog.yamlsafe` (size, aliases, depth); a file that is
+    not a mapping is an :class:`~watchdog.errors.InputError` naming it."""
+    from watchdog import yamlsafe
+    from watchdog.errors import InputError
 
-    with open(path, encoding="utf-8") as f:
-        return from_dict(yaml.safe_load(f))
+    _node, data = yamlsafe.load_file(path, "fake NVML scenario")
+    if not isinstance(data, dict):
+        raise InputError(f"{path}: a fake NVML scenario is a mapping (name, gpus, …)")
+    return from_dict(data)
