@@ -62,13 +62,13 @@ def test_webhook_429_retries_after_what_the_server_says() -> None:
 def test_webhook_timeout_and_refused_connection_are_retries() -> None:
     with Server(Reply(200, delay=2.0)) as srv:
         r = build_sink("hook", "webhook", {"url": srv.url, "timeout": 0.3}, "c:1").send(note(), {})
-    assert isinstance(r, Retry)
+    assert isinstance(r, Retry) and "deadline of 0.3 s passed" in r.error
     s = socket.socket()
     s.bind(("127.0.0.1", 0))
     port = s.getsockname()[1]
     s.close()
     r = build_sink("hook", "webhook", {"url": f"http://127.0.0.1:{port}"}, "c:1").send(note(), {})
-    assert isinstance(r, Retry) and "cannot reach" in r.error
+    assert isinstance(r, Retry) and r.error == f"127.0.0.1:{port} refused the connection"
 
 
 def test_secrets_come_from_env_or_file_and_are_never_inline(tmp_path: Path,
@@ -318,3 +318,81 @@ def test_a_bad_number_option_is_one_line(type_: str, options: dict) -> None:  # 
     with pytest.raises(InputError, match=r"^cfg:2: notify\.sinks\.x\.(timeout|rate_per_s): must "
                                          r"be a positive number"):
         build_sink("x", type_, options, "cfg:2: notify.sinks.x")
+
+
+# --- proxies (the guarded transport honours them as urllib did) ------------------------------
+class ConnectProxy:
+    """A minimal CONNECT proxy on loopback: records each tunnel's target, relays bytes."""
+
+    def __init__(self) -> None:
+        import socketserver
+        import threading
+
+        outer = self
+        self.targets: list[str] = []
+
+        class Handler(socketserver.StreamRequestHandler):
+            def handle(self) -> None:
+                import select
+
+                line = self.rfile.readline().decode()
+                while self.rfile.readline() not in (b"\r\n", b""):
+                    pass
+                target = line.split()[1]
+                outer.targets.append(target)
+                host, port = target.rsplit(":", 1)
+                up = socket.create_connection((host, int(port)), timeout=5)
+                self.wfile.write(b"HTTP/1.0 200 Connection established\r\n\r\n")
+                socks = [self.connection, up]
+                while True:
+                    ready, _, _ = select.select(socks, [], [], 5)
+                    if not ready:
+                        break
+                    for s in ready:
+                        data = s.recv(65536)
+                        if not data:
+                            up.close()
+                            return
+                        (up if s is self.connection else self.connection).sendall(data)
+
+        self.server = socketserver.ThreadingTCPServer(("127.0.0.1", 0), Handler)
+        self.server.daemon_threads = True
+        self.url = f"http://127.0.0.1:{self.server.server_address[1]}"
+        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+
+    def close(self) -> None:
+        self.server.shutdown()
+        self.server.server_close()
+
+
+def test_an_http_proxy_from_the_environment_is_used(monkeypatch: pytest.MonkeyPatch) -> None:
+    with Server(Reply(200)) as proxy:
+        monkeypatch.setenv("http_proxy", proxy.url)
+        monkeypatch.delenv("no_proxy", raising=False)
+        monkeypatch.delenv("NO_PROXY", raising=False)
+        r = build_sink("hook", "webhook", {"url": "http://hooks.example.invalid/x?y=1"},
+                       "c:1").send(note(), {})
+        assert isinstance(r, Accepted), r
+        assert proxy.requests[0].path == "http://hooks.example.invalid/x?y=1"
+        assert proxy.requests[0].headers["Host"] == "hooks.example.invalid"
+        monkeypatch.setenv("no_proxy", "hooks.example.invalid")  # bypassed: not resolvable
+        r = build_sink("hook", "webhook", {"url": "http://hooks.example.invalid/x"},
+                       "c:1").send(note(), {})
+        assert isinstance(r, Retry) and "cannot resolve hooks.example.invalid" in r.error
+    assert len(proxy.requests) == 1
+
+
+def test_pagerduty_goes_through_an_https_proxy_tunnel(tmp_path: Path, tls: tuple[str, str],
+                                                      monkeypatch: pytest.MonkeyPatch) -> None:
+    proxy = ConnectProxy()
+    try:
+        with Server(Reply(202, {"status": "success", "dedup_key": "fp1"}), tls=tls) as srv:
+            monkeypatch.setenv("https_proxy", proxy.url)
+            monkeypatch.delenv("no_proxy", raising=False)
+            monkeypatch.delenv("NO_PROXY", raising=False)
+            r = pd_sink(srv.url, tmp_path, tls).send(note("new"), {})
+            assert isinstance(r, Accepted), r
+        assert proxy.targets == [f"127.0.0.1:{srv.port}"]
+        assert srv.requests[0].body["dedup_key"] == "fp1"
+    finally:
+        proxy.close()

@@ -5,6 +5,13 @@ Events API where the real service cannot be reached.
 ``python -m watchdog.testing.httpserver PORT OUT.jsonl`` runs one that answers 202 to
 everything and appends each request to OUT.jsonl (used on the GPU machine and in the
 kill -9 test, where the receiver must outlive the agent).
+
+A reply can also misbehave the way a broken or hostile endpoint does
+(``tests/test_hostile_sinks.py``): :func:`redirect` (a 3xx elsewhere), :func:`trickle`
+(the whole reply one byte at a time), :func:`huge` (an endless or enormous body),
+:func:`retry_after` (any ``Retry-After``) and ``Reply(cut=N)`` (the connection reset after
+the headers and N bytes of the body). ``Server.connections`` counts the connections
+accepted, so a test can prove that nothing at all reached a server.
 """
 
 from __future__ import annotations
@@ -26,6 +33,35 @@ class Reply:
     body: Any = field(default_factory=lambda: {"ok": True})
     headers: dict[str, str] = field(default_factory=dict)
     delay: float = 0.0  # seconds before answering (a slow or hung service)
+    trickle: float = 0.0  # > 0: send the whole reply one byte every this many seconds
+    stream: int | None = None  # send this many filler bytes as the body; -1: endless
+    length: bool = True  # announce Content-Length (with stream: False = close-delimited)
+    cut: int | None = None  # send the headers and N bytes of the body, then reset
+
+
+#: an "endless" body stops here all the same, so a client that reads everything fails a
+#: test instead of exhausting the machine
+ENDLESS_CAP = 256 << 20
+
+
+def redirect(location: str, status: int = 302) -> Reply:
+    """A redirect (to another host, typically): a client must not follow it."""
+    return Reply(status, {"moved": True}, {"Location": location})
+
+
+def trickle(every: float = 2.0, status: int = 200, body: Any = None) -> Reply:
+    """The whole reply (status line, headers, body) one byte every ``every`` seconds."""
+    return Reply(status, {"ok": True} if body is None else body, trickle=every)
+
+
+def huge(size: int = -1, status: int = 200, length: bool = False) -> Reply:
+    """A body of ``size`` filler bytes (-1: endless), by default without Content-Length."""
+    return Reply(status, "", stream=size, length=length)
+
+
+def retry_after(value: str, status: int = 429) -> Reply:
+    """A rate-limit reply with any ``Retry-After`` (seconds, an HTTP date, nonsense)."""
+    return Reply(status, {"ok": False, "error": "ratelimited"}, {"Retry-After": value})
 
 
 @dataclass
@@ -50,9 +86,15 @@ class Server:
         self.handler = handler
         self.log_path = log_path
         self._lock = threading.Lock()
+        self.connections = 0
         outer = self
 
         class Handler(BaseHTTPRequestHandler):
+            def setup(self) -> None:
+                with outer._lock:
+                    outer.connections += 1
+                super().setup()
+
             def do_POST(self) -> None:
                 n = int(self.headers.get("Content-Length") or 0)
                 raw = self.rfile.read(n).decode(errors="replace")
@@ -68,12 +110,15 @@ class Server:
                     body = dict(parse_qsl(raw))
                 else:
                     body = raw
-                req = Request("POST", self.path, dict(self.headers), body, time.time())
+                req = Request(self.command, self.path, dict(self.headers), body, time.time())
                 reply = outer._answer(req)
                 if reply.delay:
                     time.sleep(reply.delay)
                 data = (reply.body if isinstance(reply.body, str)
                         else json.dumps(reply.body)).encode()
+                if reply.trickle or reply.stream is not None or reply.cut is not None:
+                    self._misbehave(reply, data)
+                    return
                 try:
                     self.send_response(reply.status)
                     self.send_header("Content-Type", "application/json")
@@ -86,6 +131,44 @@ class Server:
                     pass
 
             do_PUT = do_POST
+            do_GET = do_POST  # what urllib turns a POST into when it follows a 302
+
+            def _misbehave(self, reply: Reply, data: bytes) -> None:
+                """Write the reply by hand: trickled, streamed, or cut short."""
+                head = [f"HTTP/1.0 {reply.status} {self.responses.get(reply.status, ('',))[0]}",
+                        "Content-Type: application/json", "Connection: close"]
+                size = len(data) if reply.stream is None else reply.stream
+                if reply.length and size >= 0:
+                    head.append(f"Content-Length: {size}")
+                head += [f"{k}: {v}" for k, v in reply.headers.items()]
+                raw = ("\r\n".join(head) + "\r\n\r\n").encode("latin-1")
+                if reply.stream is None:
+                    raw += data[: reply.cut] if reply.cut is not None else data
+                self.close_connection = True
+                try:
+                    if reply.trickle:
+                        for i in range(len(raw)):
+                            self.wfile.write(raw[i:i + 1])
+                            self.wfile.flush()
+                            time.sleep(reply.trickle)
+                    else:
+                        self.wfile.write(raw)
+                    if reply.stream is not None and reply.cut is None:
+                        left = ENDLESS_CAP if reply.stream < 0 else reply.stream
+                        block = b"x" * 65536
+                        while left > 0:
+                            self.wfile.write(block[:left])
+                            left -= len(block)
+                    self.wfile.flush()
+                    if reply.cut is not None:  # drop it: RST instead of an orderly close
+                        import socket
+                        import struct
+
+                        self.connection.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER,
+                                                   struct.pack("ii", 1, 0))
+                        socket.close(self.connection.detach())
+                except (BrokenPipeError, ConnectionResetError, OSError):
+                    pass
 
             def log_message(self, *args: Any) -> None:
                 return None

@@ -7,10 +7,15 @@ list is an annotation); ``endsAt`` once resolved. Alertmanager forgets a firing 
 that is not re-sent within its ``resolve_timeout`` (5 min by default), so firing groups
 are re-posted every ``resend_interval`` (default 60 s). Alertmanager then does its own
 grouping, routing and silencing for the fleet.
+
+Requests go through :func:`watchdog.notify.http.request` like the webhook's (one deadline,
+``timeout``; replies capped; a redirect is undeliverable, never followed); ``ca_file``
+for an Alertmanager behind a private CA.
 """
 
 from __future__ import annotations
 
+import ssl
 from dataclasses import dataclass
 from typing import Any
 
@@ -18,7 +23,7 @@ from watchdog.errors import InputError
 from watchdog.incident import iso
 from watchdog.notify import render
 from watchdog.notify.base import Accepted, Alert, Notification, Result
-from watchdog.notify.sinks.common import check_keys, positive, secret
+from watchdog.notify.sinks.common import ca_context, check_keys, positive, secret
 from watchdog.notify.sinks.webhook import post_json
 from watchdog.units import parse_duration
 
@@ -39,8 +44,11 @@ def am_alert(a: Alert, now: float | None = None) -> dict[str, Any]:
         ann["evidence"] = ev
     if a.uuids:
         ann["uuids"] = ",".join(a.uuids)
-    if a.runbook_url:
-        ann["runbook_url"] = a.runbook_url
+    link = render.runbook_link(a)
+    if link:
+        ann["runbook_url"] = link
+    elif a.runbook_url:  # a file on the node is not a link: say where it is
+        ann["runbook"] = render.runbook_text(a) or a.runbook_url
     out: dict[str, Any] = {"labels": labels, "annotations": ann,
                            "startsAt": iso(a.fired_at or a.started_at)}
     if a.status == "resolved":
@@ -57,21 +65,22 @@ class AlertmanagerSink:
     type: str = "alertmanager"
     rate_per_s: float | None = None
     resend_interval: float | None = 60.0
+    ssl_context: ssl.SSLContext | None = None
 
     def send(self, n: Notification, memory: dict[str, Any]) -> Result:
         if n.reason in ("meta", "test"):
             return Accepted(memory)  # the agent's own trouble goes to people-facing sinks
         return post_json(self.url.rstrip("/") + "/api/v2/alerts",
                          [am_alert(a, n.created_at) for a in n.alerts], self.headers,
-                         self.timeout, memory)
+                         self.timeout, memory, self.ssl_context)
 
     def close(self) -> None:
         return None
 
 
 def from_config(name: str, options: dict[str, Any], where: str) -> AlertmanagerSink:
-    check_keys(options, {"url", "timeout", "resend_interval", "token_env", "token_file"},
-               where)
+    check_keys(options, {"url", "timeout", "resend_interval", "token_env", "token_file",
+                         "ca_file"}, where)
     url = options.get("url")
     if not isinstance(url, str) or not url.startswith(("http://", "https://")):
         raise InputError(f"{where}.url: needs Alertmanager's base URL, e.g. "
@@ -80,4 +89,5 @@ def from_config(name: str, options: dict[str, Any], where: str) -> AlertmanagerS
     resend = parse_duration(str(options.get("resend_interval", "60s")),
                             what=f"{where}.resend_interval")
     return AlertmanagerSink(name, url, {"Authorization": f"Bearer {token}"} if token else {},
-                            positive(options, "timeout", 10.0, where), resend_interval=resend)
+                            positive(options, "timeout", 10.0, where), resend_interval=resend,
+                            ssl_context=ca_context(options, where))

@@ -1,15 +1,28 @@
 """What every sink needs: secrets from the environment or a file, option checks, and HTTP
-replies mapped onto Accepted / Retry / Failed."""
+replies mapped onto Accepted / Retry / Failed.
+
+Every secret read here is registered with :func:`watchdog.logs.register_secret`, so no
+log line of any library ever prints it; the texts of Retry and Failed (logged, stored in
+the state database, shown by ``watchdog status``) are built from the host only and have
+registered secrets removed again (:func:`clean`) where they quote a reply or an exception.
+"""
 
 from __future__ import annotations
 
+import math
 import os
+import re
+import ssl
+import time
+import urllib.parse
 from email.utils import parsedate_to_datetime
 from pathlib import Path
 from typing import Any
 
 from watchdog.errors import InputError
+from watchdog.logs import redact, register_secret
 from watchdog.notify.base import Accepted, Failed, Result, Retry
+from watchdog.notify.http import HttpFailure, redirect_message
 
 
 def secret(options: dict[str, Any], key: str, where: str, *, required: bool = True) -> str | None:
@@ -24,6 +37,7 @@ def secret(options: dict[str, Any], key: str, where: str, *, required: bool = Tr
         value = os.environ.get(str(env), "").strip()
         if not value:
             raise InputError(f"{where}.{key}_env: environment variable {env} is not set")
+        keep_secret(value)
         return value
     if file:
         p = Path(str(file)).expanduser()
@@ -37,10 +51,20 @@ def secret(options: dict[str, Any], key: str, where: str, *, required: bool = Tr
             raise InputError(f"{where}.{key}_file: cannot read {p}: {e.strerror or e}") from None
         if not value:
             raise InputError(f"{where}.{key}_file: {p} is empty")
+        keep_secret(value)
         return value
     if required:
         raise InputError(f"{where}: needs {key}_env or {key}_file")
     return None
+
+
+def keep_secret(value: str) -> None:
+    """Never log ``value``; for a URL (a webhook's: its path is the secret) its path and
+    query on their own too, since a receiver may quote them back in a reply."""
+    register_secret(value)
+    if value.startswith(("http://", "https://")):
+        parts = urllib.parse.urlsplit(value)
+        register_secret(parts.path + (f"?{parts.query}" if parts.query else ""))
 
 
 def positive(options: dict[str, Any], key: str, default: float | None,
@@ -61,29 +85,78 @@ def check_keys(options: dict[str, Any], allowed: set[str], where: str) -> None:
                          f"{', '.join(sorted(allowed))})")
 
 
-def retry_after(value: str | None) -> float | None:
-    """``Retry-After`` in seconds (delta-seconds or an HTTP date), None if absent/bad."""
-    if not value:
-        return None
-    try:
-        return max(0.0, float(value))
-    except ValueError:
-        pass
-    try:
-        import time
+_SECONDS = re.compile(r"\s*[+-]?(\d+(\.\d*)?|\.\d+)([eE][+-]?\d+)?\s*")
 
-        return max(0.0, parsedate_to_datetime(value).timestamp() - time.time())
-    except (TypeError, ValueError):
+
+def retry_after(value: str | None) -> float | None:
+    """``Retry-After`` in seconds (delta-seconds or an HTTP date), None if absent or not
+    understood (the worker's backoff applies then). Never raises: a negative value or a
+    date in the past is 0, an absurd one stays absurd (``inf`` included) for the delivery
+    worker to cap (:data:`watchdog.notify.deliver.RETRY_AFTER_MAX_S`) and report."""
+    if not value or not isinstance(value, str):
         return None
+    if _SECONDS.fullmatch(value):
+        v = float(value)  # a numeral of any size is a float (inf at worst), never an error
+        return None if math.isnan(v) else max(0.0, v)
+    try:
+        when = parsedate_to_datetime(value.strip())
+        return max(0.0, when.timestamp() - time.time())
+    except (TypeError, ValueError, OverflowError, IndexError, OSError):
+        return None
+
+
+def clean(text: str) -> str:
+    """``text`` (a reply's excerpt, a library's exception) without any registered secret."""
+    return redact(text)
+
+
+def ca_file(options: dict[str, Any], where: str) -> str | None:
+    """``ca_file:`` (a private CA's certificate, PEM), checked to be a file."""
+    ca = options.get("ca_file")
+    if ca is None:
+        return None
+    path = Path(str(ca)).expanduser()
+    if not path.is_file():
+        raise InputError(f"{where}.ca_file: {ca} is not a file")
+    return str(path)
+
+
+def ca_context(options: dict[str, Any], where: str) -> ssl.SSLContext | None:
+    """The TLS context for ``ca_file:`` (a relay or receiver with a private CA), or None
+    (the system's CAs)."""
+    path = ca_file(options, where)
+    if path is None:
+        return None
+    try:
+        return ssl.create_default_context(cafile=path)
+    except (OSError, ssl.SSLError) as e:
+        raise InputError(f"{where}.ca_file: {path} is not a PEM certificate: "
+                         f"{getattr(e, 'reason', None) or e}") from None
+
+
+def failure_result(e: HttpFailure, what: str = "",
+                   memory: dict[str, Any] | None = None) -> Result:
+    """A request that got no usable reply: worth retrying (DNS, refused, TLS, deadline,
+    reset, a reply too large), except a redirect (never followed) and a URL that cannot
+    work as written: those are undeliverable until the config changes."""
+    text = clean(f"{what}{e.message}")
+    if e.kind in ("redirect", "url"):
+        return Failed(text, memory or {})
+    return Retry(text, None, memory or {})
 
 
 def by_status(status: int, body: str, headers: Any, memory: dict[str, Any] | None = None,
-              what: str = "") -> Result:
-    """2xx Accepted; 429 / 5xx / 408 Retry (honouring Retry-After); other 4xx Failed."""
+              what: str = "", url: str = "") -> Result:
+    """2xx Accepted; 3xx Failed (redirects are never followed: the message names the
+    Location's host only); 429 / 5xx / 408 / 425 Retry (honouring Retry-After); other 4xx
+    Failed. The reply's excerpt in the message has registered secrets removed."""
     mem = memory or {}
     if 200 <= status < 300:
         return Accepted(mem)
-    text = f"{what}HTTP {status}: {body.strip()[:200]}".strip()
+    if 300 <= status < 400:
+        loc = headers.get("Location") if headers else None
+        return Failed(f"{what}{redirect_message(status, loc, url)}", mem)
+    text = f"{what}HTTP {status}: {clean(body).strip()[:200]}".strip()  # cut after cleaning
     if status in (408, 425, 429) or status >= 500:
         return Retry(text, retry_after(headers.get("Retry-After") if headers else None), mem)
     return Failed(text, mem)

@@ -7,21 +7,39 @@ threaded reply saying what changed, so the history is in the thread. Channel and
 live in the group's memory in the state database, so this survives restarts.
 Incoming webhook (``webhook_url_env``/``webhook_url_file``): a new message each time.
 
-slack-sdk's ConnectionErrorRetryHandler retries a dropped connection; a 429 is NOT retried
-inside the client but returned as Retry(after=Retry-After), so the outbox keeps the order
-and the per-channel rate (1 message per second) in one place.
+The real slack-sdk clients build the requests and read the replies, but their transport
+is :func:`watchdog.notify.http.request` (one small override per client, below): one
+deadline per request (``timeout``, default 10 s), replies read up to 64 KiB, a redirect
+never followed (Failed: the token would go along), each network failure with its own
+message naming the host only. Nothing is retried inside the client (no retry handlers,
+a 429 included): a failure is returned as Retry (``Retry-After`` honoured), so the outbox
+keeps the order, the backoff and the per-channel rate (1 message per second) in one place.
+slack-sdk's own log lines print the incoming-webhook URL (the secret): every secret is
+registered with :mod:`watchdog.logs`, whose filter removes it from every log record.
 """
 
 from __future__ import annotations
 
+import functools
+import io
 import time
+import urllib.error
 from dataclasses import dataclass
 from typing import Any
 
 from watchdog.errors import InputError
-from watchdog.notify import render
+from watchdog.notify import http, render
 from watchdog.notify.base import Accepted, Alert, Failed, Notification, Result, Retry
-from watchdog.notify.sinks.common import by_status, check_keys, positive, retry_after, secret
+from watchdog.notify.sinks.common import (
+    by_status,
+    ca_context,
+    check_keys,
+    clean,
+    failure_result,
+    positive,
+    retry_after,
+    secret,
+)
 
 MAX_BLOCKS = 50
 SECTION_MAX = 3000
@@ -60,9 +78,9 @@ def context_block(a: Alert) -> dict[str, Any]:
                     + (f" +{len(a.uuids) - 4} more" if len(a.uuids) > 4 else ""))
     if a.job_id:
         bits.append(f"job {a.job_id}")
-    if a.runbook_url:
-        bits.append(f"<{a.runbook_url}|runbook>" if a.runbook_url.startswith("http")
-                    else f"runbook: {a.runbook_url}")
+    if a.runbook_url:  # a link only when it is one; a path on the node says so
+        link = render.runbook_link(a)
+        bits.append(f"<{link}|runbook>" if link else render.runbook_text(a) or "")
     bits.append(f"since {time.strftime('%H:%M UTC', time.gmtime(a.started_at))}")
     return {"type": "context", "elements": [{"type": "mrkdwn",
                                              "text": _cut(" · ".join(bits), SECTION_MAX)}]}
@@ -132,8 +150,10 @@ class SlackSink:
     def _webhook(self, msg: dict[str, Any]) -> Result:
         try:
             r = self.client.send(text=msg["text"], blocks=msg["blocks"])
-        except Exception as e:  # noqa: BLE001 - network trouble
-            return Retry(f"slack webhook: {type(e).__name__}: {e}")
+        except http.HttpFailure as e:
+            return failure_result(e, "slack webhook: ")
+        except Exception as e:  # noqa: BLE001 - anything else the client raises
+            return Retry(clean(f"slack webhook: {type(e).__name__}: {e}"))
         return by_status(r.status_code, str(r.body), r.headers, what="slack webhook: ")
 
     def close(self) -> None:
@@ -143,6 +163,8 @@ class SlackSink:
 def _slack_error(e: Exception, memory: dict[str, Any]) -> Result:
     from slack_sdk.errors import SlackApiError
 
+    if isinstance(e, http.HttpFailure):
+        return failure_result(e, "slack: ", memory)
     if isinstance(e, SlackApiError):
         resp = e.response
         status = getattr(resp, "status_code", 0)
@@ -153,32 +175,79 @@ def _slack_error(e: Exception, memory: dict[str, Any]) -> Result:
                                      resp.headers.get("retry-after")), memory)
         if err in _FATAL or (400 <= status < 500 and status not in (408, 429)):
             return Failed(f"slack: {err or status}", memory)
-        return Retry(f"slack: {err or status}", None, memory)
-    return Retry(f"slack: {type(e).__name__}: {e}", None, memory)
+        return Retry(clean(f"slack: {err or status}"), None, memory)
+    return Retry(clean(f"slack: {type(e).__name__}: {e}"), None, memory)
+
+
+# --- the transport -----------------------------------------------------------------------
+def _guarded(client: Any, url: str, req: Any) -> tuple[http.Reply, str]:
+    """``req`` (the urllib Request slack-sdk built) through the guarded request: the reply
+    and its body as text. A 3xx raises HttpFailure("redirect") (never followed; not an
+    OSError, so no retry handler would retry it), another non-2xx urllib's HTTPError, which
+    is what slack-sdk expects from urlopen (it then reads the status, headers and body)."""
+    r = http.request(req.get_method(), url, req.data, req.header_items(),
+                     deadline_s=client.deadline_s, ssl_context=client.ssl, proxy=client.proxy)
+    if 300 <= r.status < 400:
+        raise http.HttpFailure("redirect", http.redirect_message(r.status,
+                                                                 r.headers.get("Location"), url))
+    if not 200 <= r.status < 300:
+        raise urllib.error.HTTPError(url, r.status, r.reason, r.headers, io.BytesIO(r.body))
+    return r, r.body.decode(r.headers.get_content_charset() or "utf-8", errors="replace")
+
+
+@functools.cache
+def _clients() -> tuple[type, type]:
+    """slack-sdk's WebClient and WebhookClient with their one transport method replaced.
+
+    ``WebClient._perform_urllib_http_request_internal(url, req)`` (returns ``{"status",
+    "headers", "body": str}``) and ``WebhookClient._perform_http_request_internal(url,
+    req)`` (returns a WebhookResponse) are where every slack-sdk since the retry handlers
+    came (3.x; this project allows >=3.26, checked on 3.48) calls urlopen. If a release
+    stops calling them, tests/test_hostile_sinks.py fails: a trickling server is no longer
+    cut at the deadline."""
+    from slack_sdk import WebClient
+    from slack_sdk.webhook import WebhookClient, WebhookResponse
+
+    class GuardedWebClient(WebClient):  # type: ignore[misc]
+        deadline_s = 10.0
+
+        def _perform_urllib_http_request_internal(self, url: str, req: Any) -> dict[str, Any]:
+            r, text = _guarded(self, url, req)
+            return {"status": r.status, "headers": r.headers, "body": text}
+
+    class GuardedWebhookClient(WebhookClient):  # type: ignore[misc]
+        deadline_s = 10.0
+
+        def _perform_http_request_internal(self, url: str, req: Any) -> Any:
+            r, text = _guarded(self, url, req)
+            return WebhookResponse(url=url, status_code=r.status, body=text, headers=r.headers)
+
+    return GuardedWebClient, GuardedWebhookClient
 
 
 def from_config(name: str, options: dict[str, Any], where: str) -> SlackSink:
     check_keys(options, {"token", "token_env", "token_file", "channel", "webhook_url",
-                         "webhook_url_env", "webhook_url_file", "api_url", "timeout"}, where)
-    timeout = int(positive(options, "timeout", 10, where) or 10)
-    from slack_sdk.http_retry.builtin_handlers import ConnectionErrorRetryHandler
-
-    retry = [ConnectionErrorRetryHandler(max_retry_count=2)]
+                         "webhook_url_env", "webhook_url_file", "api_url", "timeout",
+                         "ca_file"}, where)
+    deadline = positive(options, "timeout", 10.0, where) or 10.0
+    ctx = ca_context(options, where)
+    web_client, webhook_client = _clients()
+    # no retry handlers: the outbox retries (in order, with backoff, honouring Retry-After)
+    common = {"timeout": max(1, round(deadline)), "ssl": ctx, "retry_handlers": []}
     if options.get("webhook_url_env") or options.get("webhook_url_file"):
         if options.get("channel") or options.get("token_env") or options.get("token_file"):
             raise InputError(f"{where}: an incoming webhook posts to its own channel: give "
                              "webhook_url_env/_file, or token_env/_file with channel")
-        from slack_sdk.webhook import WebhookClient
-
         url = secret(options, "webhook_url", where)
-        return SlackSink(name, None, WebhookClient(url, timeout=timeout, retry_handlers=retry))
+        client = webhook_client(url, **common)
+        client.deadline_s = deadline
+        return SlackSink(name, None, client)
     token = secret(options, "token", where)
     channel = options.get("channel")
     if not isinstance(channel, str) or not channel:
         raise InputError(f"{where}: needs channel (e.g. \"#gpu-alerts\" or a channel id)")
-    from slack_sdk import WebClient
-
     base = str(options.get("api_url", "https://slack.com/api/"))
-    client = WebClient(token=token, base_url=base if base.endswith("/") else base + "/",
-                       timeout=timeout, retry_handlers=retry)
+    client = web_client(token=token, base_url=base if base.endswith("/") else base + "/",
+                        **common)
+    client.deadline_s = deadline
     return SlackSink(name, channel, client)

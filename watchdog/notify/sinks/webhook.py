@@ -5,24 +5,37 @@ The body is what an Alertmanager webhook receiver expects (``version: "4"``, ``g
 ``alerts`` with ``labels``, ``annotations``, ``startsAt``, ``endsAt``, ``fingerprint``), so
 existing receivers work unchanged, plus our own fields: ``id`` (stable across retries, so a
 receiver can drop repeats), ``reason``, ``title``, ``text`` (ready to show), ``changed``
-and, per alert, the full ``incident``. 2xx is delivered; 408, 429 and 5xx are retried
-(``Retry-After`` honoured); any other 4xx is undeliverable. Error messages name the host
-only, never the URL's path or query (a webhook URL often is the secret).
+and, per alert, the full ``incident``. 2xx is delivered; 408, 425, 429 and 5xx are
+retried (``Retry-After`` honoured); any other 4xx is undeliverable, and so is a redirect:
+it is never followed (the token would go along), the message names the Location's host.
+
+Every request goes through :func:`watchdog.notify.http.request`: one deadline for the whole
+exchange (``timeout``, default 10 s), replies read up to 64 KiB, each failure mode with its
+own message (cannot resolve, refused, TLS not trusted, deadline passed, reset, too large).
+Error messages name the host only, never the URL's path or query (a webhook URL often is
+the secret: an inline ``url:`` is treated as one too and never appears in a log line).
+``ca_file``: the CA of a receiver with a private certificate.
 """
 
 from __future__ import annotations
 
 import json
-import urllib.error
-import urllib.parse
-import urllib.request
+import ssl
 from dataclasses import dataclass
 from typing import Any
 
 from watchdog.errors import InputError
-from watchdog.notify import render
-from watchdog.notify.base import Notification, Result, Retry
-from watchdog.notify.sinks.common import by_status, check_keys, positive, secret
+from watchdog.notify import http, render
+from watchdog.notify.base import Notification, Result
+from watchdog.notify.sinks.common import (
+    by_status,
+    ca_context,
+    check_keys,
+    failure_result,
+    keep_secret,
+    positive,
+    secret,
+)
 
 
 def body(n: Notification, receiver: str = "webhook") -> dict[str, Any]:
@@ -52,21 +65,19 @@ def body(n: Notification, receiver: str = "webhook") -> dict[str, Any]:
 
 
 def post_json(url: str, payload: Any, headers: dict[str, str], timeout: float,
-              memory: dict[str, Any] | None = None) -> Result:
-    """POST ``payload``; the reply mapped by :func:`by_status`; network trouble is Retry."""
+              memory: dict[str, Any] | None = None,
+              ssl_context: ssl.SSLContext | None = None) -> Result:
+    """POST ``payload`` through the guarded request (``timeout``: its one deadline); the
+    reply mapped by :func:`by_status` (a 3xx is Failed, never followed); no usable reply
+    is Retry with a message naming the host only."""
     data = json.dumps(payload).encode()
-    req = urllib.request.Request(url, data=data, method="POST",
-                                 headers={"Content-Type": "application/json", **headers})
     try:
-        with urllib.request.urlopen(req, timeout=timeout) as r:
-            return by_status(r.status, r.read().decode(errors="replace"), r.headers, memory)
-    except urllib.error.HTTPError as e:
-        text = e.read().decode(errors="replace") if e.fp else ""
-        return by_status(e.code, text, e.headers, memory)
-    except (urllib.error.URLError, TimeoutError, ConnectionError, OSError) as e:
-        reason = getattr(e, "reason", e)
-        host = urllib.parse.urlsplit(url).netloc.rsplit("@", 1)[-1]
-        return Retry(f"cannot reach {host}: {reason}", None, memory or {})
+        r = http.request("POST", url, data, {"Content-Type": "application/json", **headers},
+                         deadline_s=timeout, ssl_context=ssl_context)
+    except http.HttpFailure as e:
+        return failure_result(e, "", memory)
+    # a receiver quoting the URL back: by_status removes it (registered as a secret)
+    return by_status(r.status, r.body.decode(errors="replace"), r.headers, memory, url=url)
 
 
 @dataclass
@@ -78,9 +89,11 @@ class WebhookSink:
     type: str = "webhook"
     rate_per_s: float | None = None
     resend_interval: float | None = None
+    ssl_context: ssl.SSLContext | None = None
 
     def send(self, n: Notification, memory: dict[str, Any]) -> Result:
-        return post_json(self.url, body(n, self.name), self.headers, self.timeout, memory)
+        return post_json(self.url, body(n, self.name), self.headers, self.timeout, memory,
+                         self.ssl_context)
 
     def close(self) -> None:
         return None
@@ -88,12 +101,14 @@ class WebhookSink:
 
 def from_config(name: str, options: dict[str, Any], where: str) -> WebhookSink:
     check_keys(options, {"url", "url_env", "url_file", "token_env", "token_file", "timeout",
-                         "rate_per_s"}, where)
+                         "rate_per_s", "ca_file"}, where)
     url = options.get("url") or secret(options, "url", where)
     if not isinstance(url, str) or not url.startswith(("http://", "https://")):
         raise InputError(f"{where}.url: must be an http(s) URL")
+    keep_secret(url)  # an inline webhook URL is a secret all the same
     token = secret(options, "token", where, required=False)
     headers = {"Authorization": f"Bearer {token}"} if token else {}
     rate = positive(options, "rate_per_s", None, where)
     return WebhookSink(name, url, headers, positive(options, "timeout", 10.0, where),
-                       rate_per_s=rate)
+                       rate_per_s=rate, ssl_context=ca_context(options, where))
+
