@@ -11,10 +11,11 @@ from pathlib import Path
 from anomaly_helpers import healthy_model
 from test_anomaly_runner import FAULT, _found
 
+from watchdog.anomaly.explain import WORDS
 from watchdog.notify.config import NotifyConfig, SinkSpec
 from watchdog.notify.policy import Policy
 from watchdog.notify.sinks.slack import render_blocks
-from watchdog.state import connect
+from watchdog.state.statedb import StateDB
 
 
 def test_an_anomaly_notification_carries_the_explanation(tmp_path: Path) -> None:
@@ -30,7 +31,7 @@ def test_an_anomaly_notification_carries_the_explanation(tmp_path: Path) -> None
     cfg = NotifyConfig(sinks=(SinkSpec("slack", "log", {}, "x"),), group_wait=0.0,
                        group_interval=60.0, resolve_hold=120.0)
     now = float(inc.fired_at or inc.started_at)
-    policy = Policy(cfg, connect(tmp_path), inc.host,
+    policy = Policy(cfg, StateDB(tmp_path), inc.host,
                     lambda rule: ("gpu", None), now)
     policy.observe([("firing", inc)], now)
     notes = policy.tick(now + 1.0, {"slack": object()})
@@ -41,6 +42,6 @@ def test_an_anomaly_notification_carries_the_explanation(tmp_path: Path) -> None
     evidence_line = [ln for ln in section.splitlines() if ln.startswith("_")]
     assert evidence_line, section
     for item in top:  # each top feature with its observed and normal values
-        assert item["feature"].replace("_", " ") in evidence_line[0]
+        assert WORDS[item["feature"]][0] in evidence_line[0]
         assert inc.evidence[item["feature"]] in evidence_line[0]
     assert "WARNING anomaly on" in json.dumps(msg)

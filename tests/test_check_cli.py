@@ -52,7 +52,7 @@ def test_healthy_log_is_ok(tmp_path, capsys):
     rc, out, err = run(capsys, "--source", log, "--expect-gpus", "2")
     assert rc == 0 and err == ""
     assert out.startswith("WATCHDOG OK - 2 GPUs healthy")
-    assert "power cap, sync boost" in out
+    assert "pwrcap,sync" in out
 
 
 def test_lost_gpu_is_critical(tmp_path, capsys):

@@ -36,19 +36,21 @@ def _verdict():
 
 
 def test_table_shows_decoded_reasons_verdicts_and_status_line():
-    out = table.render(_verdict())
+    out = table.render(_verdict(), width=120)
     lines = out.splitlines()
-    assert lines[0].startswith("WATCHDOG CRITICAL - GPU 2: ")
+    assert lines[0].startswith("WATCHDOG CRITICAL - GPU 2 gpu_lost: GPU is lost")
     assert "driver 565.57.01" in lines[1] and "3 GPUs (expected 3)" in lines[1]
     row0 = next(ln for ln in lines if ln.lstrip().startswith("0 "))
-    assert "power cap, sync boost" in row0 and "H100 80GB HBM3" in row0
+    assert "pwrcap,sync" in row0 and "H100 80GB HBM3" in row0
     assert "690/700 W" in row0 and "1755 MHz" in row0 and "74.2/79.6 GiB" in row0
     assert row0.rstrip().endswith("OK")
     row1 = next(ln for ln in lines if ln.lstrip().startswith("1 "))
-    assert "SW thermal slowdown" in row1 and "WARNING" in row1
+    assert "SWtherm" in row1 and "WARNING" in row1 and row1.endswith("thermal_throttle")
     row2 = next(ln for ln in lines if ln.lstrip().startswith("2 "))
-    assert "CRITICAL" in row2 and "(+1 more)" in row2
-    assert "XID 79 (GPU has fallen off the bus)" in out
+    assert "CRITICAL" in row2 and row2.endswith("gpu_lost, xid")
+    assert ("clock events: pwrcap = SW power cap, sync = sync boost, SWtherm = SW thermal "
+            "slowdown") in out
+    assert "  CRITICAL GPU 2: XID 79 (GPU has fallen off the bus)" in lines
     assert lines[-1] == "verdict: CRITICAL (1 warning, 2 critical)"
     assert "\033[" not in out
 
@@ -76,9 +78,9 @@ def test_colour_only_on_a_terminal_without_no_color():
     assert not table.use_color(io.StringIO(), no_color=False, environ={})
     assert not table.use_color(_Tty(), no_color=False, environ={"NO_COLOR": "1"})
     assert not table.use_color(_Tty(), no_color=True, environ={})
-    coloured = table.render(_verdict(), color=True)
+    coloured = table.render(_verdict(), color=True, width=120)
     assert "\033[1;31mCRITICAL" in coloured
-    assert re.sub(r"\033\[[0-9;]*m", "", coloured) == table.render(_verdict())
+    assert re.sub(r"\033\[[0-9;]*m", "", coloured) == table.render(_verdict(), width=120)
 
 
 def test_json_schema():
@@ -99,3 +101,94 @@ def test_json_schema():
     assert {(p["gpu"], p["check"], p["severity"]) for p in doc["problems"]} == {
         (1, "thermal_throttle", "WARNING"), (2, "gpu_lost", "CRITICAL"),
         (2, "xid", "CRITICAL")}
+
+
+# --- clarity (issue 16): each problem said once, a table that fits a terminal -------------
+def _thermal(index: int = 7, extra: int = 0) -> Sample:
+    mask = (reasons.HW_SLOWDOWN | reasons.SYNC_BOOST | reasons.SW_THERMAL
+            | reasons.HW_THERMAL | extra)
+    return _sample(index, **{"clocks_event_reasons.active": float(mask),
+                             "temperature.gpu": 89.0})
+
+
+def _rule_problem(gpu: int, check: str, message: str):
+    from watchdog.check.judge import Problem, Status
+
+    return Problem(Status.WARNING, check, message, gpu, f"GPU-{gpu}")
+
+
+def test_clarity_a_problem_names_its_gpu_and_kind_once():
+    """clarity: `GPU 7: thermal_throttle: GPU 7 thermal slowdown` names the GPU twice and
+    the kind twice; the check says `GPU 7 thermal_throttle: thermal slowdown: 89 C`."""
+    p = _rule_problem(7, "thermal_throttle",
+                      "thermal_throttle: GPU 7 thermal slowdown: 89 C (HBM 95 C), 235 W")
+    assert table.problem_text(p) == ("GPU 7 thermal_throttle",
+                                     "thermal slowdown: 89 C (HBM 95 C), 235 W")
+    xid = _rule_problem(2, "xid", "XID 79 (GPU has fallen off the bus)")
+    assert table.problem_text(xid) == ("GPU 2", "XID 79 (GPU has fallen off the bus)")
+    nvml = _rule_problem(3, "nvml_error", "nvml_error: GPU 3: NVML calls keep failing")
+    assert table.problem_text(nvml) == ("GPU 3 nvml_error", "NVML calls keep failing")
+    from watchdog.check.judge import Verdict
+
+    v = Verdict(host="n", checked_at=0.0, gpus=[], problems=[p])
+    out = table.render(v, width=120)
+    assert out.splitlines()[0] == ("WATCHDOG WARNING - GPU 7 thermal_throttle: thermal "
+                                   "slowdown: 89 C (HBM 95 C), 235 W")
+    assert "  WARNING GPU 7 thermal_throttle: thermal slowdown: 89 C (HBM 95 C), 235 W" in out
+    for text in (out, table.status_line(v)):
+        assert "GPU 7: " not in text and "thermal_throttle: GPU 7" not in text
+        assert text.count("GPU 7") == text.count("GPU 7 thermal_throttle")
+
+
+def test_clarity_a_job_wide_finding_is_one_line_not_one_per_gpu():
+    """clarity: a hung job on 8 GPUs is one problem line on `GPUs 0-7`, not 8 copies."""
+    from watchdog.check.judge import Verdict
+
+    ps = [_rule_problem(g, "comm_hang", "comm_hang condition holds now (unconfirmed): job "
+                                        "looks hung") for g in range(8)]
+    v = Verdict(host="n", checked_at=0.0, gpus=[], problems=ps)
+    out = table.render(v, width=120).splitlines()
+    assert out[0] == ("WATCHDOG WARNING - GPUs 0-7: comm_hang condition holds now "
+                      "(unconfirmed): job looks hung")
+    assert [ln for ln in out if ln.startswith("  WARNING")] == [
+        "  WARNING GPUs 0-7: comm_hang condition holds now (unconfirmed): job looks hung"]
+
+
+def test_clarity_the_table_fits_120_columns_and_the_row_holds_no_problem_text():
+    """clarity: a `watchdog check` row of a throttled GPU was 260 columns wide; rows fit
+    120 columns, clock-event reasons are short codes with a legend, and the problem's long
+    text is only under `problems:`."""
+    bursts = {f"GPU-{i}": [_sample(i)] for i in range(2)}
+    bursts["GPU-2"] = [_thermal(2, reasons.HW_POWER_BRAKE | reasons.SW_POWER_CAP)]
+    v = judge(DEV, bursts, host="node-7", checked_at=1_750_000_000.0, duration_s=1.0)
+    long = "x" * 200
+    extra = _rule_problem(2, "some_very_long_kind_name_here", long)
+    v.gpus[2].problems.append(extra)
+    v.problems.append(extra)
+    for width in (120, 100):
+        out = table.render(v, width=width)
+        lines = out.splitlines()
+        head = lines.index(next(ln for ln in lines if ln.startswith("GPU  Model")))
+        rows = lines[head:head + 4]
+        assert all(len(ln) <= width for ln in rows), [len(ln) for ln in rows]
+        assert all(long[:20] not in ln for ln in rows)
+        assert any(ln.startswith("clock events: ") for ln in lines)
+        assert all(len(ln) <= max(40, width) for ln in lines if "clock events" in ln)
+        assert f"  WARNING GPU 2 some_very_long_kind_name_here: {long}" in lines
+    wide = table.render(v, width=200)
+    row2 = next(ln for ln in wide.splitlines() if ln.lstrip().startswith("2 "))
+    assert "pwrcap,HWslow,sync,SWtherm,HWtherm,brake" in row2  # room: all of them
+    narrow = table.render(v, width=120)
+    row2 = next(ln for ln in narrow.splitlines() if ln.lstrip().startswith("2 "))
+    assert "HWslow" in row2 and "brake" in row2  # the unusual ones stay
+
+
+def test_clarity_table_width_is_120_off_a_terminal_and_the_terminal_width_on_one(monkeypatch):
+    """clarity: piped or under Nagios the table is at most 120 columns; on a terminal it
+    uses the terminal's width."""
+    import os
+
+    assert table.table_width(io.StringIO()) == 120
+    monkeypatch.setattr("shutil.get_terminal_size", lambda fallback=(80, 24):
+                        os.terminal_size((160, 50)))
+    assert table.table_width(_Tty()) == 160

@@ -181,7 +181,9 @@ def test_field_values_batched_in_one_call(source, fake, clock):
 
 @pytest.mark.parametrize("fake", ["not_supported"], indirect=True)
 def test_not_supported_is_none_and_logged_once(source, fake, clock, caplog):
-    with caplog.at_level(logging.INFO, logger="watchdog.sources.nvml"):
+    """clarity: a node whose GPUs lack some metrics says so in ONE line at start-up (which
+    metrics, on which GPUs), not a line per GPU per metric; the per-GPU detail is DEBUG."""
+    with caplog.at_level(logging.DEBUG, logger="watchdog.sources.nvml"):
         for _ in range(3):
             s = source.sample(clock.now())[0]
             clock.advance(1)
@@ -190,7 +192,14 @@ def test_not_supported_is_none_and_logged_once(source, fake, clock, caplog):
     assert s.values["gpm.sm_activity"] is None
     assert s.values["power.draw"] is not None and s.errors == ()
     fan_logs = [r for r in caplog.records if "GPU 0: fan.speed" in r.getMessage()]
-    assert len(fan_logs) == 1
+    assert len(fan_logs) == 1 and fan_logs[0].levelno == logging.DEBUG
+    info = [r.getMessage() for r in caplog.records if r.levelno >= logging.INFO]
+    assert len(info) == 1, info
+    assert info[0].startswith("metrics not supported on this node (reported as missing): ")
+    assert info[0].endswith(" on GPUs 0-1")
+    for words in ("fan.speed", "violation.{power,thermal,sync_boost,reliability}", "gpm",
+                  "temperature.memory"):
+        assert words in info[0]
     assert fake.calls["nvmlDeviceGetFanSpeed"] == 2  # asked once per GPU, then skipped
     assert source.devices()[0].gpm_supported is False
     assert source.devices()[0].mig_mode is None
@@ -220,7 +229,8 @@ def test_no_library_is_one_line_with_remedy(fake):
     with pytest.raises(SourceUnavailable) as e:
         NvmlSource()
     msg = str(e.value)
-    assert "libnvidia-ml.so.1 not found" in msg and "--source sim" in msg
+    assert "libnvidia-ml.so.1 not found" in msg and "nvidia-smi" in msg
+    assert "--source sim" not in msg and "--source sim" in e.value.hint
     assert "\n" not in msg and e.value.exit_code == 3
 
 
@@ -346,6 +356,16 @@ def test_xid_kernel_log_fallback(fake, clock, tmp_path):
         samples = s.sample(clock.now())
         assert [(x.index, x.code, x.source) for x in samples[2].xids] == [(2, 79, "kmsg")]
         assert all(not x.xids for i, x in enumerate(samples) if i != 2)
+
+
+@pytest.mark.parametrize("fake", ["xid_kmsg"], indirect=True)
+def test_xid_events_not_supported_is_one_line_for_the_node(fake, tmp_path, caplog):
+    """clarity: 8 GPUs refusing XID events are one INFO line ("on GPUs 0-7"), not eight."""
+    with (caplog.at_level(logging.INFO, logger="watchdog.sources.nvml"),
+          NvmlSource(kmsg_path=str(tmp_path / "x")) as s):
+        assert s.xid_watcher.ready.wait(5)
+    said = [r.getMessage() for r in caplog.records if "XID events" in r.getMessage()]
+    assert len(said) == 1 and said[0].startswith("XID events not supported on GPUs 0-7 ("), said
 
 
 def test_close_shuts_nvml_down_and_is_idempotent(fake, tmp_path):

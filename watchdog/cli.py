@@ -37,6 +37,14 @@ def build_parser() -> argparse.ArgumentParser:
     return p
 
 
+def error_line(e: WatchdogError) -> str:
+    """``watchdog: error: <message>``, plus the error's ``hint`` (such as "try the
+    simulator") only for a person at a terminal, never in a log, a page or a probe's
+    output a script reads."""
+    hint = getattr(e, "hint", None)
+    return f"watchdog: error: {e}" + (f" ({hint})" if hint and sys.stderr.isatty() else "")
+
+
 def main(argv: list[str] | None = None) -> int:
     """Run the command line; returns the process exit code."""
     parser = build_parser()
@@ -47,7 +55,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         return int(args.func(args) or 0)
     except WatchdogError as e:
-        print(f"watchdog: error: {e}", file=sys.stderr)
+        print(error_line(e), file=sys.stderr)
         return e.exit_code
     except KeyboardInterrupt:
         print("watchdog: interrupted", file=sys.stderr)

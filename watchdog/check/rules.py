@@ -95,7 +95,7 @@ def rule_problems(devices: Sequence[DeviceInfo], bursts: Mapping[str, Sequence[S
             continue  # held during the burst but no longer at its end
         rule = by_name[inc.rule]
         severity = _SEVERITY.get(rule.severity, Status.WARNING)
-        message = f"{inc.rule}: {inc.summary}"
+        message = inc.summary
         if needs_time(rule):
             wait = ("a learned time" if rule.learned is not None
                     else f"{rule.for_s:.0f} s")

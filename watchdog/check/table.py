@@ -2,28 +2,43 @@
 
 Layout::
 
-    WATCHDOG CRITICAL - GPU 3: GPU is lost (...); 1 more problem
+    WATCHDOG CRITICAL - GPU 3 gpu_lost: GPU is lost (...); 1 more problem
     host node-07 · driver 565.57.01 · 8 GPUs (expected 8) · 4 readings over 1.5 s
-    GPU  Model           Temp   Power       Util  Memory          SM clock  Clock events  Verdict
-      0  H100 80GB HBM3  45 C   690/700 W   100%  75.1/79.6 GiB   1980 MHz  power cap     OK
-    ...
+    GPU  Model           Temp  Power      Util  Memory         SM clock  Clocks       Verdict
+      0  H100 80GB HBM3  45 C  690/700 W  100%  75.1/79.6 GiB  1980 MHz  pwrcap,sync  OK
+      3  H100 80GB HBM3     -  -             -  -                     -  -            CRITICAL
+    ...     (a last column, Finding, names the checks: gpu_lost, xid)
+    clock events: pwrcap = SW power cap, sync = sync boost
     problems:
-      CRITICAL GPU 3 [gpu_lost]: GPU is lost (...)
+      CRITICAL GPU 3 gpu_lost: GPU is lost (...)
     verdict: CRITICAL (1 critical, 1 warning)
 
-The first line is what Nagios shows as the service's status text. Missing values print as
-``-``, never 0. Colour (ANSI) only when the caller says so: stdout is a terminal, ``NO_COLOR``
-is unset and ``--no-color`` was not given (:func:`use_color`).
+The first line is what Nagios shows as the service's status text. A problem is said once,
+the same way on the first line and under ``problems:``: where (``GPU 7``, ``GPUs 0-6`` or
+``node``), the check (left out when the text starts with it: ``GPU 2: XID 79 (...)``),
+then the text without the rule name or the GPU it already named
+(:func:`problem_text`). The table row names only the findings; their text is below it.
+The table fits the terminal (:func:`table_width`: its width on a terminal, 120 columns
+otherwise): clock-event reasons are short codes with a legend line, the normal ones
+(power cap, sync boost, idle) are left out of a row first when it is too wide, then long
+cells are cut with ``…``. Missing values print as ``-``, never 0. Colour (ANSI) only when
+the caller says so: stdout is a terminal, ``NO_COLOR`` is unset and ``--no-color`` was not
+given (:func:`use_color`).
 """
 
 from __future__ import annotations
 
 import os
+import re
+import shutil
+import sys
+import textwrap
 from collections.abc import Mapping
 from typing import TextIO
 
 from watchdog import reasons
 from watchdog.check.judge import RANK, GpuVerdict, Problem, Status, Verdict
+from watchdog.report.table import gpu_list
 
 _COLORS = {Status.OK: "32", Status.WARNING: "33", Status.CRITICAL: "1;31", Status.UNKNOWN: "35"}
 
@@ -55,27 +70,77 @@ def _fmt(v: float | None, spec: str = ".0f", unit: str = "") -> str:
     return "-" if v is None else f"{v:{spec}}{unit}"
 
 
-def _problem_line(p: Problem) -> str:
-    where = f"GPU {p.gpu}" if p.gpu is not None else "node"
-    return f"{where}: {p.message}"
+#: Short codes of the clock-event reasons for the table (the legend line spells out the
+#: ones shown; ``--json`` has the full flag names).
+CLOCK_CODES: dict[int, str] = {
+    reasons.GPU_IDLE: "idle", reasons.APPLICATIONS_CLOCKS: "locked",
+    reasons.SW_POWER_CAP: "pwrcap", reasons.HW_SLOWDOWN: "HWslow",
+    reasons.SYNC_BOOST: "sync", reasons.SW_THERMAL: "SWtherm",
+    reasons.HW_THERMAL: "HWtherm", reasons.HW_POWER_BRAKE: "brake",
+    reasons.DISPLAY_CLOCKS: "display",
+}
+CLOCK_WORDS: dict[str, str] = {
+    CLOCK_CODES[bit]: words for bit, (_, words) in reasons.REASONS.items()}
+CLOCK_WORDS["pwrcap"] = "SW power cap"  # "power cap" alone hides that it is the normal one
+_NORMAL_CODES = frozenset(CLOCK_CODES[b] for b in CLOCK_CODES if b & reasons.BENIGN)
+
+_RULE_PREFIX = re.compile(r"^[a-z][a-z0-9_]*: ")
+
+
+def table_width(stream: TextIO | None = None) -> int:
+    """Columns the table may use: the terminal's width when ``stream`` (stdout) is one,
+    else 120 (a log, a pipe, Nagios)."""
+    stream = sys.stdout if stream is None else stream
+    isatty = getattr(stream, "isatty", None)
+    if isatty and isatty():
+        return shutil.get_terminal_size((120, 24)).columns
+    return 120
+
+
+def problem_text(p: Problem) -> tuple[str, str]:
+    """``(label, text)``: the problem said once. ``thermal_throttle: GPU 7 thermal slowdown:
+    89 C`` on GPU 7 -> ``("GPU 7 thermal_throttle", "thermal slowdown: 89 C")``; ``XID 79
+    (…)`` (check ``xid``) -> ``("GPU 2", "XID 79 (…)")``; node-level -> ``("node", …)``."""
+    text = _RULE_PREFIX.sub("", p.message, count=1)  # the rule's name, said by the check
+    where = "node" if p.gpu is None else f"GPU {p.gpu}"
+    if p.gpu is not None:
+        for own in (f"GPU {p.gpu}: ", f"GPU {p.gpu} "):
+            if text.startswith(own):
+                text = text[len(own):]
+                break
+    says_it = text.lower().replace(" ", "_").startswith(p.check.lower())
+    if p.gpu is None or p.check == "probe" or says_it:
+        return where, text
+    return f"{where} {p.check}", text
+
+
+def grouped(problems: list[Problem]) -> list[tuple[Status, str, str]]:
+    """``(severity, label, text)`` per statement, worst first: the same finding on several
+    GPUs (a whole job hung) is one statement on ``GPUs 0-7``, not eight."""
+    groups: dict[tuple[Status, str, str], list[Problem]] = {}
+    for p in sorted(problems, key=lambda p: -RANK[p.severity]):
+        label, text = problem_text(p)
+        key = (p.severity, p.check if p.gpu is not None else f"node:{label}", text)
+        groups.setdefault(key, []).append(p)
+    out = []
+    for (severity, _, text), ps in groups.items():
+        label, _ = problem_text(ps[0])
+        if len(ps) > 1:
+            gpus = "GPUs " + gpu_list([str(p.gpu) for p in ps])
+            label = label.replace(f"GPU {ps[0].gpu}", gpus, 1)
+        out.append((severity, label, text))
+    return out
 
 
 def status_line(v: Verdict) -> str:
     """Nagios-style first line: ``WATCHDOG <STATUS> - <worst problem>[; N more]``."""
     if not v.problems:
         return f"WATCHDOG OK - {len(v.gpus)} GPUs healthy"
-    ordered = sorted(v.problems, key=lambda p: -RANK[p.severity])
-    top = ordered[0]
-    # The same finding on several GPUs (a whole job hung) is one statement, not N.
-    same = [p for p in ordered if p.gpu is not None and (p.check, p.severity)
-            == (top.check, top.severity) and p.message.split(":")[0]
-            == top.message.split(":")[0]]
-    head = _problem_line(top)
-    if top.gpu is not None and len(same) > 1:
-        head = f"GPUs {','.join(str(p.gpu) for p in same)}: {top.message}"
-    more = len(ordered) - max(1, len(same) if top.gpu is not None else 1)
+    said = grouped(v.problems)
+    _, label, text = said[0]
+    more = len(said) - 1
     tail = f"; {more} more problem{'s' if more > 1 else ''}" if more else ""
-    return f"WATCHDOG {v.status.name} - {head}{tail}"
+    return f"WATCHDOG {v.status.name} - {label}: {text}{tail}"
 
 
 def header_line(v: Verdict) -> str:
@@ -100,36 +165,94 @@ def gpu_row(g: GpuVerdict) -> list[str]:
     if used is None and total is None:
         mem = "-"
     power = f"{_fmt(s.get('power.draw'))}/{_fmt(limit)} W"
-    events = ", ".join(reasons.decode(s.get("clocks_event_reasons.active"))) or "-"
+    events = ",".join(clock_codes(s.get("clocks_event_reasons.active"))) or "-"
     return [str(g.index), short_name(g.name), _fmt(s.get("temperature.gpu"), unit=" C"), power,
             _fmt(s.get("utilization.gpu"), unit="%"), mem,
             _fmt(s.get("clocks.sm"), unit=" MHz"), events]
 
 
-HEADERS = ["GPU", "Model", "Temp", "Power", "Util", "Memory", "SM clock", "Clock events",
-           "Verdict", "Reason"]
+def clock_codes(mask: int | float | None) -> list[str]:
+    """Short codes of the clock-event reasons set in ``mask`` (:data:`CLOCK_CODES`)."""
+    if mask is None or mask != mask:
+        return []
+    m = int(mask)
+    return [code for bit, code in CLOCK_CODES.items() if m & bit]
 
 
-def render(v: Verdict, color: bool = False) -> str:
-    """The whole human report (ends with a newline)."""
-    rows = []
+def findings(g: GpuVerdict) -> str:
+    """The row's last cell: the checks that found something, worst first, once each."""
+    names: dict[str, None] = {}
+    for p in sorted(g.problems, key=lambda p: -RANK[p.severity]):
+        names.setdefault(p.check, None)
+    return ", ".join(names)
+
+
+HEADERS = ["GPU", "Model", "Temp", "Power", "Util", "Memory", "SM clock", "Clocks",
+           "Verdict", "Finding"]
+_CLOCKS, _VERDICT, _FINDING, _MODEL = 7, 8, 9, 1
+_RIGHT = {0, 2, 4, 6}  # numeric columns
+
+
+def _cut(text: str, width: int) -> str:
+    return text if len(text) <= width else text[: max(1, width - 1)] + "…"
+
+
+def _fit(rows: list[list[str]], width: int) -> list[int]:
+    """Column widths for ``rows`` within ``width`` columns: drop the normal clock-event
+    codes from rows that are too wide, then cut the finding, clock and model cells."""
+    def widths() -> list[int]:
+        w = [len(h) for h in HEADERS]
+        for cells in rows:
+            w = [max(a, len(c)) for a, c in zip(w, cells, strict=True)]
+        return w
+
+    def total(w: list[int]) -> int:
+        return sum(w) + 2 * (len(w) - 1)
+
+    w = widths()
+    if total(w) > width:  # the normal reasons go first, from the rows too wide only
+        room = w[_CLOCKS] - (total(w) - width)
+        for cells in rows:
+            if len(cells[_CLOCKS]) > room:
+                codes = [c for c in cells[_CLOCKS].split(",") if c not in _NORMAL_CODES]
+                cells[_CLOCKS] = ",".join(codes) or "-"
+        w = widths()
+    for col, least in ((_FINDING, 12), (_CLOCKS, 10), (_MODEL, 8)):
+        over = total(w) - width
+        if over <= 0:
+            break
+        w[col] = max(least, len(HEADERS[col]), w[col] - over)
+        for cells in rows:
+            cells[col] = _cut(cells[col], w[col])
+    return w
+
+
+def legend(rows: list[list[str]], width: int) -> list[str]:
+    """``clock events: HWslow = HW slowdown, sync = sync boost``: the codes shown."""
+    shown = {c for cells in rows for c in cells[_CLOCKS].rstrip("…").split(",")}
+    words = [f"{c} = {CLOCK_WORDS[c]}" for c in CLOCK_CODES.values() if c in shown]
+    if not words:
+        return []
+    return textwrap.wrap("clock events: " + ", ".join(words), width=max(40, width),
+                         subsequent_indent="  ")
+
+
+def render(v: Verdict, color: bool = False, width: int | None = None) -> str:
+    """The whole human report (ends with a newline). ``width``: columns the table may
+    use (default :func:`table_width` of stdout)."""
+    width = table_width() if width is None else width
+    rows: list[list[str]] = []
+    statuses: list[Status] = []
     for g in v.gpus:
-        cells = gpu_row(g)
-        ordered = sorted(g.problems, key=lambda p: -RANK[p.severity])
-        reason = ordered[0].message if ordered else ""
-        if len(ordered) > 1:
-            reason += f" (+{len(ordered) - 1} more)"
-        rows.append((g.status, [*cells[:8], g.status.name, reason]))
-    widths = [len(h) for h in HEADERS]
-    for _, cells in rows:
-        widths = [max(w, len(c)) for w, c in zip(widths, cells, strict=True)]
-    right = {0, 2, 4, 6}  # numeric columns
+        rows.append([*gpu_row(g)[:8], g.status.name, findings(g)])
+        statuses.append(g.status)
+    widths = _fit(rows, width)
 
     def line(cells: list[str], status: Status | None = None) -> str:
         out = []
         for i, (c, w) in enumerate(zip(cells, widths, strict=True)):
-            text = c.rjust(w) if i in right else c.ljust(w)
-            if status is not None and i == 8:  # colour the word, not its padding
+            text = c.rjust(w) if i in _RIGHT else c.ljust(w)
+            if status is not None and i == _VERDICT:  # colour the word, not its padding
                 text = paint(c, status, color) + " " * (w - len(c))
             out.append(text)
         return "  ".join(out).rstrip()
@@ -137,13 +260,12 @@ def render(v: Verdict, color: bool = False) -> str:
     lines = [paint(status_line(v), v.status, color), header_line(v)]
     if rows:
         lines.append(line(HEADERS))
-        lines += [line(cells, status) for status, cells in rows]
+        lines += [line(cells, status) for status, cells in zip(statuses, rows, strict=True)]
+        lines += legend(rows, width)
     if v.problems:
         lines.append("problems:")
-        for p in sorted(v.problems, key=lambda p: -RANK[p.severity]):
-            where = f"GPU {p.gpu}" if p.gpu is not None else "node"
-            lines.append(f"  {paint(p.severity.name, p.severity, color)} {where} "
-                         f"[{p.check}]: {p.message}")
+        for severity, label, text in grouped(v.problems):
+            lines.append(f"  {paint(severity.name, severity, color)} {label}: {text}")
     counts = {s: sum(1 for p in v.problems if p.severity is s) for s in Status}
     summary = ", ".join(f"{n} {s.name.lower()}" for s, n in counts.items() if n)
     lines.append(f"verdict: {paint(v.status.name, v.status, color)}"

@@ -76,17 +76,18 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--expect-gpus", type=_count, default=None, metavar="N",
                    help="CRITICAL when fewer GPUs are found (WARNING when more)")
     p.add_argument("--duration", type=_duration, default=1.0, metavar="DURATION",
-                   help="how long to sample (default 1s; 0 = a single reading); for a log, "
-                        "how much of its end to judge")
+                   help="how long to sample, 0 to 10m (default 1s; 0 = a single reading); "
+                        "for a log, how much of its end to judge")
     p.add_argument("--interval", type=_duration, default=0.25, metavar="DURATION",
-                   help="time between readings (default 0.25s: 4 readings in the default 1s)")
+                   help="time between readings, 100ms to 1h (default 0.25s: 4 readings in "
+                        "the default 1s)")
     p.add_argument("--call-timeout", type=_duration, default=2.0, metavar="DURATION",
-                   help="deadline for each NVML call (default 2s); a call that misses it "
-                        "is a wedged driver: CRITICAL")
+                   help="deadline for each NVML call, 100ms to 1m (default 2s); a call that "
+                        "misses it is a wedged driver: CRITICAL")
     p.add_argument("--at", type=_duration, default=None, metavar="DURATION",
-                   help="sim only: judge the simulated node this long after its start "
-                        "(default: the last injected fault's onset plus its time to show, "
-                        "or 10m for a healthy node)")
+                   help="sim only: judge the simulated node this long after its start, at "
+                        "most 1d (default: the last injected fault's onset plus its time to "
+                        "show, or 10m for a healthy node)")
     p.add_argument("--rules", action="append", metavar="DIR_OR_FILE",
                    help="rule file or folder of *.yaml (repeatable; default: the shipped "
                         "rules): the probe judges with the same rules as run and replay")
@@ -123,7 +124,9 @@ def run(args: argparse.Namespace) -> int:
     try:
         verdict = probe(args)
     except WatchdogError as e:
-        print(f"watchdog: error: {e}", file=sys.stderr)
+        from watchdog.cli import error_line
+
+        print(error_line(e), file=sys.stderr)
         verdict = unknown(args, str(e))
     except KeyboardInterrupt:
         raise

@@ -20,10 +20,16 @@ import socket
 import time
 from typing import Any
 
-from watchdog.errors import SourceUnavailable
 from watchdog.model import DeviceInfo, ProcessInfo, Sample, XidEvent
 from watchdog.sources.nvml.deadline import Lane, Wedged
-from watchdog.sources.nvml.errors import REMEDY, UNKNOWN, GpuLost, OnceLog, code_of, text
+from watchdog.sources.nvml.errors import (
+    UNKNOWN,
+    GpuLost,
+    NvmlUnavailable,
+    OnceLog,
+    code_of,
+    text,
+)
 from watchdog.sources.nvml.errors import unavailable as _unavailable
 from watchdog.sources.nvml.gpm import GpmState
 from watchdog.sources.nvml.inventory import cuda_version, read_inventory
@@ -105,8 +111,9 @@ class NvmlSource:
     """Live GPU readings through nvidia-ml-py. ``call_timeout``: seconds per NVML call.
 
     ``kmsg_path`` and ``proc_root`` are for tests (a fake kernel log and ``/proc`` tree).
-    Raises :class:`~watchdog.errors.SourceUnavailable` (one line, with the remedy) when
-    the library, the driver or ``nvmlInit`` fails.
+    Raises :class:`~watchdog.sources.nvml.errors.NvmlUnavailable` (a
+    :class:`~watchdog.errors.SourceUnavailable`: one line, the cause and what an operator
+    does about it) when the library, the driver or ``nvmlInit`` fails.
     """
 
     def __init__(self, host: str | None = None, call_timeout: float = 2.0, *,
@@ -117,9 +124,9 @@ class NvmlSource:
         try:
             import pynvml as nv
         except ImportError as e:
-            raise SourceUnavailable(
-                f"nvidia-ml-py is not installed ({e}): `pip install nvidia-ml-py`. {REMEDY}"
-            ) from None
+            raise NvmlUnavailable(
+                f"nvidia-ml-py is not installed ({e})",
+                "`pip install nvidia-ml-py` into nvml-watchdog's environment") from None
         self.host = host or socket.gethostname()
         self.call_timeout = call_timeout
         self._cadences = (_Every(slow_interval), _Every(gpm_interval), _Every(procs_interval))
@@ -134,9 +141,11 @@ class NvmlSource:
             self._sys.run(nv.nvmlInit, call_timeout)
         except Wedged:
             self._sys.stop()
-            raise SourceUnavailable(
-                f"nvmlInit did not return within {call_timeout:g} s: the NVIDIA driver may be "
-                f"wedged (check `nvidia-smi` and the kernel log). {REMEDY}") from None
+            raise NvmlUnavailable(
+                f"nvmlInit did not return within {call_timeout:g} s: the NVIDIA driver may "
+                "be wedged",
+                "check `nvidia-smi` (a hang there confirms it) and `dmesg | grep -i nvrm`; "
+                "a wedged driver usually needs the node drained and rebooted") from None
         except Exception as e:  # noqa: BLE001 - any failure to open NVML is one line
             self._sys.stop()
             raise _unavailable(e) from None
@@ -160,7 +169,7 @@ class NvmlSource:
         try:
             count = self._sys.run(nv.nvmlDeviceGetCount, self.call_timeout)
         except (Wedged, nv.NVMLError) as e:
-            raise SourceUnavailable(f"nvmlDeviceGetCount failed: {e}. {REMEDY}") from None
+            raise NvmlUnavailable(f"nvmlDeviceGetCount failed: {e}") from None
         driver = text(self._sys_call(nv.nvmlSystemGetDriverVersion))
         cuda = cuda_version(self._sys_call(nv.nvmlSystemGetCudaDriverVersion))
         jobs = []
@@ -237,6 +246,7 @@ class NvmlSource:
                     out[g.index].xids = tuple(
                         XidEvent(now, g.info.uuid, g.index, code, source, message)
                         for code, message, source in events)
+        self._once.flush()  # the values found missing so far: one line for the node
         return [out[g.index] for g in self._gpus]
 
     @staticmethod

@@ -27,7 +27,7 @@ import threading
 import time
 from typing import Any
 
-from watchdog.sources.nvml.errors import log
+from watchdog.sources.nvml.errors import gpu_words, log
 
 _XID_RE = re.compile(
     r"NVRM: Xid \(PCI:([0-9a-fA-F]{1,8}):([0-9a-fA-F]{1,2}):([0-9a-fA-F]{1,2})(?:\.[0-7])?\)"
@@ -175,12 +175,16 @@ class XidWatcher:
             log.info("NVML event sets unavailable (%s): XIDs from the kernel log", e)
             return None
         registered = 0
+        refused: dict[str, list[int]] = {}  # error -> GPUs: one line for the node
         for index, h in self._handles.items():
             try:
                 nv.nvmlDeviceRegisterEvents(h, XID_CRITICAL, es)
                 registered += 1
             except nv.NVMLError as e:
-                log.info("GPU %d: XID events not supported (%s)", index, e)
+                log.debug("GPU %d: XID events not supported (%s)", index, e)
+                refused.setdefault(str(e), []).append(index)
+        for err, gpus in refused.items():
+            log.info("XID events not supported on %s (%s)", gpu_words(gpus), err)
         if registered == 0:
             nv.nvmlEventSetFree(es)
             return None
