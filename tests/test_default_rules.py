@@ -28,7 +28,7 @@ def shipped() -> dict[str, tuple[str, Path]]:
 
 def test_every_kind_but_anomaly_has_a_rule():
     kinds = {kind for kind, _ in shipped().values()}
-    assert kinds == set(KINDS) - {"anomaly"}  # anomaly comes from the model
+    assert kinds == set(KINDS) - {"anomaly", "agent"}  # the model's, the agent's own
 
 
 def test_the_packaged_defaults_are_the_rules_folder():

@@ -12,6 +12,7 @@ from watchdog.notify import store as st
 from watchdog.notify.config import NotifyConfig, Route, SinkSpec
 from watchdog.notify.policy import Policy
 from watchdog.state import connect
+from watchdog.state.statedb import StateDB
 
 T0 = 1_800_000_000.0
 SINKS = {"slack": object(), "pd": object()}
@@ -37,7 +38,7 @@ def inc(kind: str, gpus: list[str], t: float, rule: str | None = None,
 
 
 def policy(tmp: Path, c: NotifyConfig | None = None, now: float = T0) -> Policy:
-    return Policy(c or cfg(), connect(tmp), "node7", info, now)
+    return Policy(c or cfg(), StateDB(tmp), "node7", info, now)
 
 
 def run(p: Policy, start: float, end: float, step: float = 1.0) -> list:  # type: ignore[type-arg]
@@ -157,14 +158,14 @@ def test_a_restart_neither_repeats_a_page_nor_loses_a_resolve(tmp_path: Path) ->
     p = policy(tmp_path)
     p.observe([("firing", inc("comm_hang", ["0", "1"], T0, rule="hang"))], T0)
     assert len(run(p, T0, T0 + 20)) == 2
-    p.conn.close()
+    p.db.close()
     # restart: the detector raises the same incident again 90 s later -> no new page
     p2 = policy(tmp_path, now=T0 + 60)
     again = inc("comm_hang", ["0", "1"], T0 + 150, rule="hang")
     assert run(p2, T0 + 60, T0 + 149) == []
     p2.observe([("firing", again)], T0 + 150)
     assert run(p2, T0 + 150, T0 + 2000, step=5) == []
-    p2.conn.close()
+    p2.db.close()
     # restart again, and this time the condition is gone: one resolve after the grace
     p3 = policy(tmp_path, now=T0 + 3000)
     got = run(p3, T0 + 3000, T0 + 3000 + 700, step=5)
@@ -175,7 +176,7 @@ def test_a_clock_that_steps_back_loses_and_doubles_nothing(tmp_path: Path) -> No
     p = policy(tmp_path)
     p.observe([("firing", inc("ecc", ["1"], T0 + 10_000))], T0 + 10_000)
     assert len(run(p, T0 + 10_000, T0 + 10_020)) == 2
-    p.conn.close()
+    p.db.close()
     p2 = policy(tmp_path, now=T0)  # a simulated node starting over: stored times ahead
     again = inc("ecc", ["1"], T0 + 5)
     p2.observe([("firing", again)], T0 + 5)

@@ -118,10 +118,10 @@ def test_ticks_from_two_threads_never_overlap() -> None:
 # --- state across restarts ---------------------------------------------------------------
 
 def _store(tmp_path, namespace: str = "sim"):  # type: ignore[no-untyped-def]
-    from watchdog.state import connect
     from watchdog.state.agent import AgentStore
+    from watchdog.state.statedb import StateDB
 
-    return AgentStore(connect(tmp_path / "state"), namespace)
+    return AgentStore(StateDB(tmp_path / "state"), namespace)
 
 
 def _fire_delay(spec: str, store: object, start: float) -> tuple[float, Incident]:
@@ -180,18 +180,20 @@ def test_status_is_written_and_old_rows_are_pruned(tmp_path) -> None:  # type: i
     clock = ManualClock(start=1_750_000_000.0)
     agent = _agent("sim:gpu_lost(for=2m)@60", clock, [], store=store)
     _run(agent, clock, 600)
-    doc, written = read_status(store.conn)
+    doc, written = store.db.run(read_status)
     assert doc is not None and agent.stats.ticks - 1 <= doc["ticks"] <= agent.stats.ticks
     assert written is not None and clock.now() - written <= 10
     assert [g["index"] for g in doc["gpus"]] == list(range(8))
-    rows = dict(store.conn.execute("SELECT kind, resolved_at FROM incidents").fetchall())
+    rows = dict(store.db.run(lambda c: c.execute(
+        "SELECT kind, resolved_at FROM incidents").fetchall()))
     assert rows["gpu_lost"] is not None  # lost at 1 min, back at 3 min: resolved
-    assert [a["kind"] for a in read_active(store.conn)] == [k for k, r in rows.items()
+    assert [a["kind"] for a in store.db.run(read_active)] == [k for k, r in rows.items()
                                                             if r is None]
     assert store.prune(clock.now() + 89 * 86_400) == 0
     assert store.prune(clock.now() + 91 * 86_400) >= 1
-    left = store.conn.execute("SELECT count(*) FROM incidents WHERE resolved_at IS NOT NULL")
-    assert left.fetchone()[0] == 0
+    left = store.db.run(lambda c: c.execute(
+        "SELECT count(*) FROM incidents WHERE resolved_at IS NOT NULL").fetchone()[0])
+    assert left == 0
 
 
 # --- NVML trouble becomes incidents -------------------------------------------------------

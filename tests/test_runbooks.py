@@ -115,8 +115,10 @@ def test_runbook_commands_are_silence_lines_for_the_service_config() -> None:
     cmds = runbook_commands()
     assert len(cmds) == 2 * len(KINDS)
     for c in cmds:
-        assert re.fullmatch(r'watchdog silence (add --gpu \d+ --kind \w+ --for 2h --comment '
-                            r'"[^"]+"|list) --config /etc/nvml-watchdog/watchdog.yaml', c), c
+        # node-level kinds (agent) silence the kind on the node, without --gpu
+        assert re.fullmatch(r'watchdog silence (add (--gpu \d+ )?--kind \w+ --for \d+h '
+                            r'--comment "[^"]+"|list) --config /etc/nvml-watchdog/watchdog.yaml',
+                            c), c
 
 
 def test_runbook_commands_run(tmp_path: Path) -> None:

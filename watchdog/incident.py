@@ -14,7 +14,10 @@ from typing import Any
 KINDS: tuple[str, ...] = (
     "comm_hang", "stall", "thermal_throttle", "hw_slowdown", "memory_pressure", "gpu_lost",
     "xid", "ecc", "pcie_degraded", "nvlink_errors", "straggler", "anomaly", "nvml_error",
+    "agent",
 )
+#: kinds the agent raises about itself, never a rule (a rule file naming one is refused)
+OWN_KINDS: tuple[str, ...] = ("agent",)
 SEVERITIES: tuple[str, ...] = ("info", "warning", "critical")
 
 

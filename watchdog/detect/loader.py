@@ -19,8 +19,10 @@ import yaml
 
 from watchdog.detect.lang import LangError, Node, compile_expr, max_window
 from watchdog.errors import InputError
-from watchdog.incident import KINDS, SEVERITIES
+from watchdog.incident import KINDS, OWN_KINDS, SEVERITIES
 from watchdog.units import parse_duration
+
+RULE_KINDS = tuple(k for k in KINDS if k not in OWN_KINDS)  # `agent` is the agent's own
 
 KEYS = ("name", "kind", "severity", "scope", "condition", "for", "clear", "keep_firing_for",
         "inhibited_by", "evidence", "summary", "labels", "runbook")
@@ -189,23 +191,15 @@ def load_rules(paths: Sequence[str | Path] | None = None) -> RuleSet:
 
 def load_file(path: str | Path) -> list[Rule]:
     """Rules of one file (duplicates within the file are errors)."""
+    from watchdog import yamlsafe
+
     path = Path(path)
-    try:
-        text = path.read_text(encoding="utf-8")
-    except (OSError, UnicodeDecodeError) as e:
-        raise InputError(f"{path}: cannot read rule file: {e}") from None
-    return parse_rules_text(text, str(path))
+    return parse_rules_text(yamlsafe.read_text(path, "rule file"), str(path))
 
 
 def parse_rules_text(text: str, file: str = "<memory>") -> list[Rule]:
     """Rules from YAML text; ``file`` names it in errors."""
-    try:
-        root = _compose(text)
-    except yaml.YAMLError as e:
-        mark = getattr(e, "problem_mark", None)
-        line = f":{mark.line + 1}" if mark else ""
-        problem = getattr(e, "problem", None) or str(e).splitlines()[0]
-        raise InputError(f"{file}{line}: invalid YAML: {problem}") from None
+    root = _compose(text, file)
     if root is None:
         raise InputError(f"{file}: no rules in file")
     items = root
@@ -230,17 +224,13 @@ def parse_rules_text(text: str, file: str = "<memory>") -> list[Rule]:
     return out
 
 
-def _compose(text: str) -> yaml.Node | None:
-    """The YAML node tree of ``text``: through libyaml where PyYAML has it (the shipped
-    rules compose several times faster), else (and for the message of an invalid file)
-    the pure-Python composer, whose error marks the messages quote."""
-    fast = getattr(yaml, "CSafeLoader", None)
-    if fast is not None:
-        try:
-            return yaml.compose(text, Loader=fast)
-        except yaml.YAMLError:
-            pass  # the pure-Python composer below names the problem the same way as ever
-    return yaml.compose(text, Loader=yaml.SafeLoader)
+def _compose(text: str, file: str = "<memory>") -> yaml.Node | None:
+    """The YAML node tree of ``text``, read within the bounds of :mod:`watchdog.yamlsafe`
+    (size, aliases, depth: through libyaml where PyYAML has it; an invalid file is named
+    in the pure-Python parser's words)."""
+    from watchdog import yamlsafe
+
+    return yamlsafe.compose(text, file)
 
 
 def _line(node: yaml.Node) -> int:
@@ -289,8 +279,8 @@ def _rule(node: yaml.Node, file: str) -> Rule:
     if not _NAME.match(name):
         raise err("name", f"name {name!r}: use lower-case letters, digits and _")
     kind = scalar("kind")
-    if kind not in KINDS:
-        raise err("kind", f"kind {kind!r} is not one of: {', '.join(KINDS)}")
+    if kind not in RULE_KINDS:
+        raise err("kind", f"kind {kind!r} is not one of: {', '.join(RULE_KINDS)}")
     severity = scalar("severity")
     if severity not in SEVERITIES:
         raise err("severity", f"severity {severity!r} is not one of: {', '.join(SEVERITIES)}")

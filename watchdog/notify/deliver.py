@@ -4,7 +4,9 @@ Order matters (a PagerDuty trigger retried after its resolve re-opens the incide
 worker only ever sends the oldest pending row of its sink; later rows wait behind a row in
 backoff. A row is marked ``sent`` only after the sink accepted it. Transient failures back
 off exponentially with jitter (1 s doubling to 5 min) or exactly as long as ``Retry-After``
-says; a client-side rate limit (``sink.rate_per_s``) spaces sends. An undeliverable row
+says, up to :data:`RETRY_AFTER_MAX_S` (1 h: a sink asking for more is retried after 1 h
+and reported failing at once, not silently parked for years); a client-side rate limit
+(``sink.rate_per_s``) spaces sends. An undeliverable row
 (a 4xx) is marked ``failed`` and reported; a sink failing for longer than
 ``sink_fail_after`` is reported once. Backoff and rate limits run on the wall clock: they
 are about the remote service, not about the node's (possibly simulated) time.
@@ -21,26 +23,35 @@ import time
 from collections.abc import Callable
 from typing import Any
 
+from watchdog.logs import redact
 from watchdog.notify import store as st
 from watchdog.notify.base import Accepted, Failed, Retry
+from watchdog.state.statedb import StateDB
 
 log = logging.getLogger("watchdog.notify")
 
 BACKOFF_FIRST_S = 1.0
 BACKOFF_MAX_S = 300.0
+#: the longest ``Retry-After`` honoured; a longer one is retried after this long and the
+#: sink is reported failing at once (docs/alerting.md, "Hostile sinks")
+RETRY_AFTER_MAX_S = 3600.0
+STEP_RETRY_S = 5.0  # after a step failed for a reason other than the sink
+#: a row due further ahead than this was stamped on another clock (the wall clock stepped
+#: between two runs): it is due now
+MAX_WAIT_S = 3600.0 + BACKOFF_MAX_S
 
 
 class Worker(threading.Thread):
     """Sends ``sink``'s outbox rows, oldest first. ``events`` receives ``(kind, sink, text)``
     for the notifier to report (``failed``, ``failing``, ``recovered``)."""
 
-    def __init__(self, sink: Any, connect: Callable[[], sqlite3.Connection],
+    def __init__(self, sink: Any, db: StateDB,
                  events: queue.Queue[tuple[str, str, str]], fail_after: float,
                  wall: Callable[[], float] = time.time, seed: int | None = None,
                  speed: float = 1.0) -> None:
         super().__init__(name=f"notify-{sink.name}", daemon=True)
         self.sink = sink
-        self._connect = connect
+        self.db = db
         self.events = events
         self.fail_after = fail_after
         self.wall = wall
@@ -58,25 +69,34 @@ class Worker(threading.Thread):
         self.wake.set()
 
     def run(self) -> None:
-        conn = self._connect()
-        try:
-            while not self.stopping.is_set():
-                delay = self._step(conn)
-                if delay:
-                    self.wake.wait(delay / self.speed)
-                    self.wake.clear()
-        except Exception as e:  # noqa: BLE001 - a worker crash must be seen, not silent
-            log.error("delivery to %s stopped: %s: %s", self.sink.name, type(e).__name__, e)
-        finally:
-            conn.close()
+        """Deliver until stopped. A failing step (the state database unreadable, a bug) is
+        logged once per kind of error and retried: delivery never stops for good."""
+        last_error = None
+        while not self.stopping.is_set():
+            try:
+                delay = self._step()
+                last_error = None
+            except Exception as e:  # noqa: BLE001 - a worker must outlive any one failure
+                text = f"{type(e).__name__}: {e}"
+                if text != last_error:
+                    log.error("delivery to %s failed: %s (retrying every %.0f s)",
+                              self.sink.name, text, STEP_RETRY_S)
+                last_error = text
+                delay = STEP_RETRY_S
+            if delay:
+                self.wake.wait(delay / self.speed)
+                self.wake.clear()
 
-    def _step(self, conn: sqlite3.Connection) -> float:
+    def _step(self) -> float:
         """Try the oldest pending row; returns how long to wait before the next try (s)."""
-        row = st.next_pending(conn, self.sink.name)
+        name = self.sink.name
+        row = self.db.run(lambda c: st.next_pending(c, name))
         if row is None:
             return 1.0
         rid, n, attempts, next_at = row
         now = self.wall()
+        if next_at > now + MAX_WAIT_S:  # stamped on another clock (stepped, restarted)
+            next_at = now
         if next_at > now:
             return min(next_at - now, 1.0)
         rate = getattr(self.sink, "rate_per_s", None)
@@ -84,15 +104,15 @@ class Worker(threading.Thread):
             gap = 1.0 / rate - (now - self._last_send)
             if gap > 0:
                 return gap
-        memory = st.get_memory(conn, self.sink.name, n.group_key)
+        memory = self.db.run(lambda c: st.get_memory(c, name, n.group_key))
         self.busy.set()
         try:
             try:
                 result = self.sink.send(n, memory)
             except Exception as e:  # noqa: BLE001 - a sink bug is a retry, never a lost page
-                result = Retry(f"{type(e).__name__}: {e}")
+                result = Retry(redact(f"{type(e).__name__}: {e}"))
             self._last_send = self.wall()
-            self._record(conn, rid, n.group_key, attempts, result)
+            self.db.run(lambda c: self._record(c, rid, n.group_key, attempts, result))
         finally:
             self.busy.clear()
         return 0.0
@@ -128,7 +148,7 @@ class Worker(threading.Thread):
                 self.events.put(("failed", name, f"sink {name} refused a notification: "
                                  f"{result.error}"))
                 return
-            delay = result.after if result.after is not None else self._backoff(attempts)
+            delay, absurd = self._retry_delay(result, attempts)
             conn.execute("UPDATE notify_outbox SET attempts = ?, next_at = ?, last_error = ? "
                          "WHERE id = ?", (attempts + 1, now + delay, result.error, rid))
             conn.execute("INSERT INTO notify_sinks (sink, failing_since, last_error) VALUES "
@@ -137,12 +157,37 @@ class Worker(threading.Thread):
                          "last_error = excluded.last_error", (name, now, result.error))
             since, reported = conn.execute("SELECT failing_since, reported FROM notify_sinks "
                                            "WHERE sink = ?", (name,)).fetchone()
-            if now - since >= self.fail_after and not reported:
+            if (absurd or now - since >= self.fail_after) and not reported:
                 conn.execute("UPDATE notify_sinks SET reported = 1 WHERE sink = ?", (name,))
-                self.events.put(("failing", name, f"sink {name} has failed for "
+                self.events.put(("failing", name, f"sink {name} asks to wait "
+                                 f"{_span(result.after)} (Retry-After); retrying in "
+                                 f"{RETRY_AFTER_MAX_S / 3600:g} h instead: {result.error}"
+                                 if absurd else f"sink {name} has failed for "
                                  f"{(now - since) / 60:.0f} min: {result.error}"))
         log.warning("sink %s: %s (retry in %.1f s)", name, result.error, delay)
+
+    def _retry_delay(self, result: Retry, attempts: int) -> tuple[float, bool]:
+        """Seconds until the next try, and whether the sink asked for more than
+        :data:`RETRY_AFTER_MAX_S` (then that cap). No, a negative or a NaN ``after``: the
+        backoff."""
+        after = result.after
+        if after is None or not after >= 0:
+            return self._backoff(attempts), False
+        if after > RETRY_AFTER_MAX_S:
+            return RETRY_AFTER_MAX_S, True
+        return float(after), False
 
     def _backoff(self, attempts: int) -> float:
         base = min(BACKOFF_MAX_S, BACKOFF_FIRST_S * 2 ** min(attempts, 20))
         return base * self._rng.uniform(0.8, 1.2)
+
+
+def _span(seconds: float | None) -> str:
+    """A long wait in words: ``31 years``, ``12 days``, ``5.0 h``, ``forever``."""
+    if seconds is None or seconds != seconds or seconds == float("inf"):
+        return "forever"
+    if seconds >= 2 * 365 * 86400:
+        return f"{seconds / (365.25 * 86400):.0f} years"
+    if seconds >= 2 * 86400:
+        return f"{seconds / 86400:.0f} days"
+    return f"{seconds / 3600:.1f} h"

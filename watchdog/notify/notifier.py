@@ -14,7 +14,6 @@ import logging
 import queue
 import time
 from collections.abc import Callable
-from pathlib import Path
 from typing import Any
 
 from watchdog.incident import Incident
@@ -22,6 +21,7 @@ from watchdog.notify import store as st
 from watchdog.notify.config import NotifyConfig
 from watchdog.notify.deliver import Worker
 from watchdog.notify.policy import Policy, RuleInfo
+from watchdog.state.statedb import StateDB
 
 log = logging.getLogger("watchdog.notify")
 
@@ -34,22 +34,23 @@ def build_sinks(cfg: NotifyConfig) -> dict[str, Any]:
 
 
 class Notifier:
-    """Alerting for one agent. ``connect()`` opens a new connection to the state database
-    (each thread has its own); ``clock()`` is the pipeline's clock."""
+    """Alerting for one agent. ``db`` is the agent's state database (each thread works on
+    it in units, see :class:`~watchdog.state.statedb.StateDB`); ``clock()`` is the
+    pipeline's clock; ``wall()`` real time for silences, outbox rows and retries."""
 
-    def __init__(self, cfg: NotifyConfig, connect: Callable[[], Any], clock: Callable[[], float],
+    def __init__(self, cfg: NotifyConfig, db: StateDB, clock: Callable[[], float],
                  host: str | None, rule_info: RuleInfo, sinks: dict[str, Any] | None = None,
                  start: bool = True, wall: Callable[[], float] = time.time,
                  speed: float = 1.0) -> None:
         self.cfg = cfg
-        self._connect = connect
+        self.db = db
         self.clock = clock
         self.sinks = build_sinks(cfg) if sinks is None else sinks
-        self.policy = Policy(cfg, connect(), host, rule_info, clock())
+        self.policy = Policy(cfg, db, host, rule_info, clock(), wall=wall)
         self.events: queue.Queue[tuple[str, str, str]] = queue.Queue()
         self.wall = wall
         self.workers_speed = speed
-        self.workers = {name: Worker(s, connect, self.events, cfg.sink_fail_after, wall,
+        self.workers = {name: Worker(s, db, self.events, cfg.sink_fail_after, wall,
                                      speed=speed) for name, s in self.sinks.items()}
         self._status: dict[str, Any] = {}
         self._status_at = -1e18
@@ -94,25 +95,25 @@ class Notifier:
         outbox; returns how many rows are left (delivered after the next start)."""
         limit = self.cfg.drain_timeout if seconds is None else seconds
         end = time.monotonic() + limit
-        conn = self._connect()
-        try:
-            while True:
-                left = sum(n for n, _ in st.pending_counts(conn).values())
-                # rows that become due before the drain time is up are waited for
-                left_s = end - time.monotonic()
-                due = conn.execute("SELECT COUNT(*) FROM notify_outbox WHERE state = 'pending' "
-                                   "AND next_at <= ?", (self.wall() + left_s * self.workers_speed,
-                                                        )).fetchone()[0]
-                if left == 0 or (due == 0 and not any(w.busy.is_set()
-                                                     for w in self.workers.values())):
-                    break
-                if time.monotonic() >= end:
-                    break
-                for w in self.workers.values():
-                    w.wake.set()
-                time.sleep(0.05)
-        finally:
-            conn.close()
+
+        def counts(c: Any) -> tuple[int, int]:
+            left = sum(n for n, _ in st.pending_counts(c).values())
+            # rows that become due before the drain time is up are waited for
+            horizon = self.wall() + (end - time.monotonic()) * self.workers_speed
+            due = c.execute("SELECT COUNT(*) FROM notify_outbox WHERE state = 'pending' "
+                            "AND next_at <= ?", (horizon,)).fetchone()[0]
+            return left, due
+
+        while True:
+            left, due = self.db.run(counts)
+            if left == 0 or (due == 0 and not any(w.busy.is_set()
+                                                 for w in self.workers.values())):
+                break
+            if time.monotonic() >= end:
+                break
+            for w in self.workers.values():
+                w.wake.set()
+            time.sleep(0.05)
         if left:
             log.warning("%d notification(s) still queued at stop: sent after the next start",
                         left)
@@ -129,7 +130,6 @@ class Notifier:
                 s.close()
             except Exception as e:  # noqa: BLE001 - closing anyway
                 log.warning("closing sink %s: %s", getattr(s, "name", s), e)
-        self.policy.conn.close()
 
     # --- status ---------------------------------------------------------------------------------
     def status(self) -> dict[str, Any]:
@@ -138,16 +138,20 @@ class Notifier:
 
     def _refresh_status(self) -> None:
         self._status_at = time.monotonic()
-        conn = self.policy.conn
-        pend = st.pending_counts(conn)
-        wall = time.time()
+        wall = self.wall()
+
+        def read(c: Any) -> tuple[Any, ...]:
+            return (st.pending_counts(c),
+                    {r[0]: r[1:] for r in c.execute(
+                        "SELECT sink, failing_since, last_error FROM notify_sinks")},
+                    dict(c.execute("SELECT sink, COUNT(*) FROM notify_outbox WHERE state = "
+                                   "'failed' GROUP BY sink").fetchall()),
+                    dict(c.execute("SELECT sink, COUNT(*) FROM notify_outbox WHERE state = "
+                                   "'sent' GROUP BY sink").fetchall()),
+                    len(st.silences(c, wall)))
+
+        pend, rows, failed, sent, silences = self.db.run(read)
         sinks = {}
-        rows = {r[0]: r[1:] for r in conn.execute(
-            "SELECT sink, failing_since, last_error FROM notify_sinks")}
-        failed = dict(conn.execute("SELECT sink, COUNT(*) FROM notify_outbox WHERE state = "
-                                   "'failed' GROUP BY sink").fetchall())
-        sent = dict(conn.execute("SELECT sink, COUNT(*) FROM notify_outbox WHERE state = "
-                                 "'sent' GROUP BY sink").fetchall())
         for name, s in self.sinks.items():
             n, oldest = pend.get(name, (0, None))
             since, err = rows.get(name, (None, None))
@@ -157,14 +161,13 @@ class Notifier:
                            "undeliverable": failed.get(name, 0)}
         firing = sum(1 for a in self.policy.alerts.values() if a.state != "resolved")
         self._status = {"sinks": sinks, "alerts_firing": firing, "dropped": self.policy.dropped,
-                        "silences": len(st.silences(conn, wall)), "problems": self.problems[-5:]}
+                        "silences": silences, "problems": self.problems[-5:]}
 
 
-def for_agent(cfg: NotifyConfig, state_dir: str | Path, clock: Callable[[], float],
-              host: str | None, rule_info: RuleInfo) -> Notifier | None:
+def for_agent(cfg: NotifyConfig, db: StateDB, clock: Callable[[], float], host: str | None,
+              rule_info: RuleInfo, sinks: dict[str, Any] | None = None,
+              wall: Callable[[], float] = time.time) -> Notifier | None:
     """The daemon's notifier, or None when the config names no sink."""
     if not cfg.sinks:
         return None
-    from watchdog.state import connect
-
-    return Notifier(cfg, lambda: connect(state_dir), clock, host, rule_info)
+    return Notifier(cfg, db, clock, host, rule_info, sinks=sinks, wall=wall)

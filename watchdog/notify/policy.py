@@ -40,6 +40,7 @@ from watchdog.notify import store as st
 from watchdog.notify.base import Alert, Notification
 from watchdog.notify.config import NotifyConfig
 from watchdog.notify.fingerprint import fingerprint, group_key
+from watchdog.state.statedb import StateDB
 
 log = logging.getLogger("watchdog.notify")
 
@@ -72,10 +73,13 @@ class GroupState:
 class Policy:
     """Turns detector transitions into outbox rows. Not thread-safe: the tick thread only."""
 
-    def __init__(self, cfg: NotifyConfig, conn: sqlite3.Connection, host: str | None,
-                 rule_info: RuleInfo, now: float) -> None:
+    def __init__(self, cfg: NotifyConfig, db: StateDB, host: str | None,
+                 rule_info: RuleInfo, now: float,
+                 wall: Callable[[], float] = time.time) -> None:
         self.cfg = cfg
-        self.conn = st.open_store(conn)
+        self.db = db
+        db.migrate("notify", st.STEPS)
+        self.wall = wall  # silences and outbox rows: real time, not a simulated clock
         self.host = host
         self.rule_info = rule_info
         self.alerts: dict[str, AlertState] = {}
@@ -90,8 +94,12 @@ class Policy:
     def _load(self, now: float) -> None:
         """Pick up where the last run stopped. Stored times ahead of ``now`` (a simulated
         node starting over, a wall clock stepped back) are clamped to ``now``."""
-        for fp, g, doc, state, _hold, fires in self.conn.execute(
-                "SELECT fp, group_key, doc, state, hold_until, fires FROM notify_alerts"):
+        alerts, groups = self.db.run(lambda c: (
+            c.execute("SELECT fp, group_key, doc, state, hold_until, fires FROM "
+                      "notify_alerts").fetchall(),
+            c.execute("SELECT group_key, sink, created_at, last_sent_at, sent FROM "
+                      "notify_groups").fetchall()))
+        for fp, g, doc, state, _hold, fires in alerts:
             a = st.alert_from_json(doc)
             times = [min(t, now) for t in json.loads(fires)]
             if state == "resolved":
@@ -99,8 +107,7 @@ class Policy:
                 continue
             # firing before the restart: the detector must raise it again within the grace
             self.alerts[fp] = AlertState(a, "resolving", g, now + self.cfg.restart_grace, times)
-        for g, sink, created, last, sent in self.conn.execute(
-                "SELECT group_key, sink, created_at, last_sent_at, sent FROM notify_groups"):
+        for g, sink, created, last, sent in groups:
             d = json.loads(sent)
             inst = d.pop("__instance__", g)
             self.groups[(g, sink)] = GroupState(
@@ -198,7 +205,7 @@ class Policy:
 
     def _silenced(self, a: Alert, now_wall: float) -> bool:
         if now_wall - self._silences_at >= 5.0:
-            self._silences = st.silences(self.conn, now_wall)
+            self._silences = self.db.run(lambda c: st.silences(c, now_wall))
             self._silences_at = now_wall
         for s in self._silences:
             if s["starts_at"] > now_wall or s["ends_at"] <= now_wall:
@@ -222,7 +229,7 @@ class Policy:
                 a.state, a.hold_until, a.dirty = "resolved", None, True
                 a.alert = replace(a.alert, status="resolved",
                                   resolved_at=a.alert.resolved_at or now)
-        muted = self._muted(time.time())
+        muted = self._muted(self.wall())
         queued: list[Notification] = []
         for g in sorted({a.group for a in self.alerts.values()} | {k for k, _ in self.groups}):
             members = [a for a in self.alerts.values() if a.group == g]
@@ -249,7 +256,7 @@ class Policy:
                 view[fp] = replace(a.alert, status="firing", resolved_at=None)
         if not view and not sent:
             if gs is not None:
-                self._close(g, sink)
+                gs.dirty = "close"  # type: ignore[assignment]
             return None
         if gs is None:
             gs = self.groups[(g, sink)] = GroupState(f"{g}#{uuidlib.uuid4().hex[:8]}", now)
@@ -288,10 +295,6 @@ class Policy:
             gs.dirty = "close"  # type: ignore[assignment]
         return n
 
-    def _close(self, g: str, sink: str) -> None:
-        self.groups.pop((g, sink), None)
-        self.conn.execute("DELETE FROM notify_groups WHERE group_key = ? AND sink = ?", (g, sink))
-
     def meta(self, text: str, now: float, sinks: list[str]) -> list[Notification]:
         """A notification about the agent itself (a sink failing, the outbox full)."""
         out = [Notification(id=uuidlib.uuid4().hex, sink=s, group_key=f"agent/{self.host}",
@@ -301,45 +304,70 @@ class Policy:
         return out
 
     def _persist(self, queued: list[Notification], now: float, only_rows: bool = False) -> None:
-        if not queued and not self._pending_writes(now):
+        """Write the tick's outbox rows and every changed alert and group in ONE unit.
+        Python-side state changes only after the unit committed, so a unit that failed on
+        disk and runs again in memory writes exactly the same thing."""
+        if not queued and (only_rows or not self._pending_writes(now)):
             return  # nothing changed: no transaction (a COMMIT is an fsync every tick)
-        wall = time.time()
-        with st.transaction(self.conn):
-            for n in queued:
-                if not self._room(n):
-                    continue
-                self.conn.execute(
-                    "INSERT INTO notify_outbox (sink, group_key, reason, doc, created_at, "
-                    "next_at) VALUES (?, ?, ?, ?, ?, 0)",
-                    (n.sink, n.group_key, n.reason, st.notification_to_json(n), wall))
-            if only_rows:
-                return
-            for fp in self._forgettable(now):
-                del self.alerts[fp]
-                self.conn.execute("DELETE FROM notify_alerts WHERE fp = ?", (fp,))
-            for fp, a in self.alerts.items():
-                if a.dirty:
-                    self.conn.execute(
-                        "INSERT INTO notify_alerts (fp, group_key, doc, state, hold_until, "
-                        "fires, updated_at) VALUES (?, ?, ?, ?, ?, ?, ?) ON CONFLICT(fp) DO "
-                        "UPDATE SET group_key = excluded.group_key, doc = excluded.doc, "
-                        "state = excluded.state, hold_until = excluded.hold_until, "
-                        "fires = excluded.fires, updated_at = excluded.updated_at",
-                        (fp, a.group, st.alert_to_json(a.alert), a.state, a.hold_until,
-                         json.dumps(a.fires), now))
-                    a.dirty = False
-            for (g, sink), gs in list(self.groups.items()):
-                if gs.dirty == "close":
-                    self._close(g, sink)
-                elif gs.dirty:
-                    self.conn.execute(
-                        "INSERT INTO notify_groups (group_key, sink, created_at, last_sent_at, "
-                        "sent) VALUES (?, ?, ?, ?, ?) ON CONFLICT(group_key, sink) DO UPDATE "
-                        "SET created_at = excluded.created_at, last_sent_at = "
-                        "excluded.last_sent_at, sent = excluded.sent",
-                        (g, sink, gs.created_at, gs.last_sent_at,
-                         json.dumps({**gs.sent, "__instance__": gs.instance})))
-                    gs.dirty = False
+        wall = self.wall()
+        rows = [(n.sink, n.group_key, n.reason, st.notification_to_json(n), wall)
+                for n in queued]
+        forget = [] if only_rows else self._forgettable(now)
+        alerts = [] if only_rows else [
+            (fp, a.group, st.alert_to_json(a.alert), a.state, a.hold_until, json.dumps(a.fires),
+             now) for fp, a in self.alerts.items() if a.dirty and fp not in forget]
+        groups = [] if only_rows else [(k, gs.dirty, gs.created_at, gs.last_sent_at,
+                                        json.dumps({**gs.sent, "__instance__": gs.instance}))
+                                       for k, gs in self.groups.items() if gs.dirty]
+
+        def write(c: sqlite3.Connection) -> list[tuple[str, str, int]]:
+            refused = []
+            with st.transaction(c):
+                for row in rows:
+                    full = self._room(c, row[0])
+                    if full is not None:
+                        refused.append((row[0], row[1], full))
+                        continue
+                    c.execute("INSERT INTO notify_outbox (sink, group_key, reason, doc, "
+                              "created_at, next_at) VALUES (?, ?, ?, ?, ?, 0)", row)
+                for fp in forget:
+                    c.execute("DELETE FROM notify_alerts WHERE fp = ?", (fp,))
+                c.executemany(
+                    "INSERT INTO notify_alerts (fp, group_key, doc, state, hold_until, fires, "
+                    "updated_at) VALUES (?, ?, ?, ?, ?, ?, ?) ON CONFLICT(fp) DO UPDATE SET "
+                    "group_key = excluded.group_key, doc = excluded.doc, state = "
+                    "excluded.state, hold_until = excluded.hold_until, fires = excluded.fires, "
+                    "updated_at = excluded.updated_at", alerts)
+                for (g, sink), how, created, last, sent in groups:
+                    if how == "close":
+                        c.execute("DELETE FROM notify_groups WHERE group_key = ? AND sink = ?",
+                                  (g, sink))
+                    else:
+                        c.execute(
+                            "INSERT INTO notify_groups (group_key, sink, created_at, "
+                            "last_sent_at, sent) VALUES (?, ?, ?, ?, ?) ON CONFLICT(group_key, "
+                            "sink) DO UPDATE SET created_at = excluded.created_at, "
+                            "last_sent_at = excluded.last_sent_at, sent = excluded.sent",
+                            (g, sink, created, last, sent))
+            return refused
+
+        for sink, group, pending in self.db.run(write):
+            self.dropped += 1
+            log.error("outbox for sink %s is full (%d pending): notification about %s dropped",
+                      sink, pending, group)
+        for fp in forget:
+            self.alerts.pop(fp, None)
+        for fp, *_ in alerts:
+            if fp in self.alerts:
+                self.alerts[fp].dirty = False
+        for k, how, *_ in groups:
+            gs = self.groups.get(k)
+            if gs is None:
+                continue
+            if how == "close" and gs.dirty == "close":
+                del self.groups[k]
+            elif gs.dirty is True:
+                gs.dirty = False
 
     def _pending_writes(self, now: float) -> bool:
         """Whether any alert or group has state to write or delete."""
@@ -355,22 +383,18 @@ class Policy:
                 if a.state == "resolved" and fp not in owed
                 and not any(now - t <= self.cfg.flap_window for t in a.fires)]
 
-    def _room(self, n: Notification) -> bool:
-        """Bounded outbox: make room by dropping queued repeats, else refuse (counted)."""
-        (pending,) = self.conn.execute("SELECT COUNT(*) FROM notify_outbox WHERE sink = ? AND "
-                                       "state = 'pending'", (n.sink,)).fetchone()
+    def _room(self, c: sqlite3.Connection, sink: str) -> int | None:
+        """Bounded outbox: make room by dropping a queued repeat; None when there is room,
+        else the number of rows pending (the notification is refused and counted)."""
+        (pending,) = c.execute("SELECT COUNT(*) FROM notify_outbox WHERE sink = ? AND "
+                               "state = 'pending'", (sink,)).fetchone()
         if pending < self.cfg.outbox_max:
-            return True
-        cur = self.conn.execute(
+            return None
+        cur = c.execute(
             "DELETE FROM notify_outbox WHERE id = (SELECT id FROM notify_outbox WHERE sink = ? "
             "AND state = 'pending' AND reason IN ('repeat', 'refresh') ORDER BY id LIMIT 1)",
-            (n.sink,))
-        if cur.rowcount:
-            return True
-        self.dropped += 1
-        log.error("outbox for sink %s is full (%d pending): notification about %s dropped",
-                  n.sink, pending, n.group_key)
-        return False
+            (sink,))
+        return None if cur.rowcount else int(pending)
 
 
 def _plain(evidence: dict[str, Any]) -> dict[str, Any]:

@@ -19,13 +19,11 @@ from __future__ import annotations
 
 import json
 import sqlite3
-from collections.abc import Iterator
-from contextlib import contextmanager
 from dataclasses import asdict
 from typing import Any
 
 from watchdog.notify.base import Alert, Notification
-from watchdog.state.db import migrate
+from watchdog.state.db import migrate, transaction
 
 STEPS = ["""
 CREATE TABLE notify_alerts (
@@ -52,18 +50,6 @@ CREATE TABLE notify_sinks (
     sink TEXT PRIMARY KEY, failing_since REAL, last_error TEXT,
     reported INTEGER NOT NULL DEFAULT 0);
 """]
-
-
-@contextmanager
-def transaction(conn: sqlite3.Connection) -> Iterator[sqlite3.Connection]:
-    """One atomic write (the connections run in autocommit mode, so BEGIN is explicit)."""
-    conn.execute("BEGIN IMMEDIATE")
-    try:
-        yield conn
-    except BaseException:
-        conn.execute("ROLLBACK")
-        raise
-    conn.execute("COMMIT")
 
 
 def open_store(conn: sqlite3.Connection) -> sqlite3.Connection:

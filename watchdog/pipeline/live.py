@@ -34,6 +34,11 @@ log = logging.getLogger("watchdog.agent")
 
 Notify = Callable[[str, Incident], None]
 UNAVAILABLE_RULE = "nvml_unavailable"
+MEMORY_RULE = "state_memory_only"  # the agent's own incidents (kind ``agent``)
+CORRUPT_RULE = "state_corrupt"
+CORRUPT_NOTICE_S = 900.0  # a corrupt database moved aside stays an active incident this long
+#: the node-level incidents the agent raises itself (no rule file), by rule -> kind
+OWN_RULES = {UNAVAILABLE_RULE: "nvml_error", MEMORY_RULE: "agent", CORRUPT_RULE: "agent"}
 RETRY_FIRST_S = 5.0
 RETRY_MAX_S = 300.0
 FAILING_FOR_S = 30.0  # every reading failing this long = the source is gone
@@ -102,9 +107,14 @@ class LivePipeline:
         self.extra_status: dict[str, Any] = {}  # e.g. the metrics endpoint's state
         self._lock = threading.Lock()
         self._down: Incident | None = None  # the node-level "cannot read NVML" incident
+        self._agent: dict[str, Incident] = {}  # the agent's own incidents, by rule
         self._retry_at = -math.inf
         self._retry_s = RETRY_FIRST_S
         self._failing_since: float | None = None
+        self._record_error: str | None = None
+        self._alerting_error: str | None = None
+        self._runtime_file = False
+        self._state_error: str | None = None
         self._prev_tick: float | None = None
         # id(incident) -> (the incident, its key in the store); holding the incident keeps
         # its id from being reused by a new one while the entry exists
@@ -156,7 +166,7 @@ class LivePipeline:
         self.stats.last_sample_at = now
         self.last_samples = samples
         if self.recorder is not None:
-            self.recorder.write(now, samples)
+            self._record(now, samples)
         t0 = time.perf_counter()
         self.detector.feed_tick(now, samples)
         changes.extend(self.detector.drain())
@@ -171,6 +181,20 @@ class LivePipeline:
         self.stats.max_detect_ms = max(self.stats.max_detect_ms, ms)
         self._deliver(now, changes)
         return changes
+
+    def _record(self, now: float, samples: list[Sample]) -> None:
+        """Continuous recording; a full disk pauses it (logged once), never detection."""
+        try:
+            self.recorder.write(now, samples)
+        except Exception as e:  # noqa: BLE001 - a recording problem must not stop detection
+            text = f"{type(e).__name__}: {e}"
+            if text != self._record_error:
+                log.error("recording failed (detection goes on; retried every tick): %s", text)
+            self._record_error = text
+        else:
+            if self._record_error is not None:
+                log.warning("recording works again")
+            self._record_error = None
 
     def _note_timing(self, now: float) -> None:
         prev, self._prev_tick = self._prev_tick, now
@@ -216,7 +240,8 @@ class LivePipeline:
             self._retry_at = now + self._retry_s
             log.error("%s (retrying in %.0f s)", e, self._retry_s)
             self._retry_s = min(RETRY_MAX_S, self._retry_s * 2)
-            self._raise_down(now, str(e), changes)
+            self._raise_down(now, getattr(e, "cause", str(e)), changes,
+                             remedy=getattr(e, "remedy", None))
             return False
         self.source = source
         self.source_error = None
@@ -231,7 +256,8 @@ class LivePipeline:
             self._down = None
         return True
 
-    def _raise_down(self, now: float, why: str, changes: list[tuple[str, Incident]]) -> None:
+    def _raise_down(self, now: float, why: str, changes: list[tuple[str, Incident]],
+                    remedy: str | None = None) -> None:
         self.source_error = why
         if self._down is not None:
             return
@@ -240,7 +266,8 @@ class LivePipeline:
             gpus=[], uuids=[], started_at=now, fired_at=now, resolved_at=None,
             rule=UNAVAILABLE_RULE,
             summary=f"cannot read the GPUs on this node: {why}. No GPU here is being "
-                    "watched; check the driver (nvidia-smi, dmesg | grep NVRM)",
+                    "watched; "
+                    f"{remedy or 'check the driver (nvidia-smi, dmesg | grep -i nvrm)'}",
             evidence={"error": why})
         changes.append(("firing", self._down))
 
@@ -259,6 +286,7 @@ class LivePipeline:
 
     # --- notifications, state ------------------------------------------------------------
     def _deliver(self, now: float, changes: list[tuple[str, Incident]]) -> None:
+        self._storage_events(now, changes)
         for what, inc in changes:
             self._store_incident(now, inc)
             for notify in self.notifiers:
@@ -275,10 +303,64 @@ class LivePipeline:
                     self.notifier.observe(changes)
                 self.notifier.tick(now)
             except Exception as e:  # noqa: BLE001 - alerting trouble must not stop sampling
-                log.error("alerting failed: %s: %s", type(e).__name__, e)
+                text = f"{type(e).__name__}: {e}"
+                if text != self._alerting_error:
+                    log.error("alerting failed: %s (retried every tick; logged once)", text)
+                self._alerting_error = text
+            else:
+                if self._alerting_error is not None:
+                    log.warning("alerting works again")
+                self._alerting_error = None
         if self.detector is not None and any(w == "resolved" for w, _ in changes):
             self.detector.forget_resolved()
         self._housekeeping(now)
+
+    def _storage_events(self, now: float, changes: list[tuple[str, Incident]]) -> None:
+        """The state database's troubles as ``agent`` incidents: one page when the state
+        goes to memory (resolved when it is on disk again), one when a corrupt file was
+        moved aside (resolved after ``CORRUPT_NOTICE_S``)."""
+        if self.store is None:
+            return
+        db = self.store.db
+        db.try_disk()  # at most every RESTORE_EVERY_S while in memory; free on disk
+        for kind, text in db.take_events():
+            if kind == "memory":
+                self._raise_agent(now, MEMORY_RULE, "warning", changes, text,
+                                  f"nvml-watchdog keeps its state in MEMORY ONLY: {text}. "
+                                  "Detection and alerting go on; incidents, silences and "
+                                  "learned levels since then are lost if the agent restarts "
+                                  f"before {db.dir} can be written again (free space, fix its "
+                                  "permissions or mount)")
+            elif kind == "disk":
+                self._resolve_agent(now, MEMORY_RULE, changes, "state written to disk again")
+            elif kind == "corrupt":
+                self._resolve_agent(now, CORRUPT_RULE, changes, "superseded")
+                self._raise_agent(now, CORRUPT_RULE, "warning", changes, text,
+                                  f"nvml-watchdog's state database was damaged: {text}. A "
+                                  "fresh one is in use with what could be read; learned waits "
+                                  "and levels that were lost are learned again")
+        old = self._agent.get(CORRUPT_RULE)
+        if old is not None and now - old.started_at >= CORRUPT_NOTICE_S:
+            self._resolve_agent(now, CORRUPT_RULE, changes, "notice period over")
+
+    def _raise_agent(self, now: float, rule: str, severity: str,
+                     changes: list[tuple[str, Incident]], error: str, summary: str) -> None:
+        if rule in self._agent:
+            return
+        inc = Incident(kind="agent", severity=severity, host=self.host or "localhost",
+                       gpus=[], uuids=[], started_at=now, fired_at=now, resolved_at=None,
+                       rule=rule, summary=summary, evidence={"error": error})
+        self._agent[rule] = inc
+        changes.append(("firing", inc))
+
+    def _resolve_agent(self, now: float, rule: str, changes: list[tuple[str, Incident]],
+                       why: str) -> None:
+        inc = self._agent.pop(rule, None)
+        if inc is None:
+            return
+        inc.resolved_at = now
+        inc.evidence["resolved_by"] = why
+        changes.append(("resolved", inc))
 
     def _store_incident(self, now: float, inc: Incident) -> None:
         entry = self._keys.get(id(inc))
@@ -294,8 +376,8 @@ class LivePipeline:
             return
         try:
             self.store.record_incident(key, inc, now)
-        except Exception as e:  # noqa: BLE001 - a full disk must not stop detection
-            log.error("cannot record incident %s: %s", key, e)
+        except Exception as e:  # noqa: BLE001 - a broken database must not stop detection
+            self._state_failed(f"cannot record incident {key}", e)
 
     def _housekeeping(self, now: float) -> None:
         if self.store is None:
@@ -305,14 +387,41 @@ class LivePipeline:
                 self.save()
             if now - self._status_at >= STATUS_EVERY_S:
                 self._status_at = now
-                self.store.write_status(self.status(), now)
+                doc = self.status()
+                self.store.write_status(doc, now)
+                self._runtime_status(doc, now)
             if now - self._pruned_at >= PRUNE_EVERY_S:
                 self._pruned_at = now
                 n = self.store.prune(now)
                 if n:
                     log.info("pruned %d old row(s) from the state database", n)
-        except Exception as e:  # noqa: BLE001 - a full disk must not stop detection
-            log.error("cannot write agent state: %s: %s", type(e).__name__, e)
+        except Exception as e:  # noqa: BLE001 - a broken database must not stop detection
+            self._state_failed("cannot write agent state", e)
+        else:
+            self._state_error = None
+
+    def _runtime_status(self, doc: dict[str, Any], now: float) -> None:
+        """While the state is in memory only, ``watchdog status`` reads the status from a
+        file in memory (:mod:`watchdog.state.runtime`); it goes once the state is back."""
+        from watchdog.state import runtime
+
+        db = self.store.db
+        try:
+            if db.mode == "memory":
+                runtime.write(db.dir, {**doc, "status_written_at": now})
+                self._runtime_file = True
+            elif self._runtime_file:
+                runtime.remove(db.dir)
+                self._runtime_file = False
+        except OSError as e:
+            self._state_failed("cannot write the in-memory status file", e)
+
+    def _state_failed(self, what: str, e: BaseException) -> None:
+        """Log a state-database failure once (the same error every tick is one line)."""
+        text = f"{type(e).__name__}: {e}"
+        if text != self._state_error:
+            log.error("%s: %s (detection and alerting go on)", what, text)
+        self._state_error = text
 
     def _load_learned(self) -> None:
         if self.store is None or self.detector is None:
@@ -364,11 +473,11 @@ class LivePipeline:
             {"kind": i.kind, "severity": i.severity, "gpus": i.gpus, "rule": i.rule,
              "started_at": i.started_at, "fired_at": i.fired_at, "summary": i.summary}
             for i in self.detector.incidents if i.resolved_at is None and i.fired_at]
-        if self._down is not None:
-            d = self._down
-            active.insert(0, {"kind": d.kind, "severity": d.severity, "gpus": [],
-                              "rule": d.rule, "started_at": d.started_at,
-                              "fired_at": d.fired_at, "summary": d.summary})
+        for d in [self._down, *self._agent.values()]:
+            if d is not None:
+                active.insert(0, {"kind": d.kind, "severity": d.severity, "gpus": [],
+                                  "rule": d.rule, "started_at": d.started_at,
+                                  "fired_at": d.fired_at, "summary": d.summary})
         doc: dict[str, Any] = {
             "version": __version__, "host": self.host, "source": self.spec,
             "source_state": "ok" if self.source is not None else "unavailable",
@@ -384,6 +493,11 @@ class LivePipeline:
             "notifications": s.notifications, "active_incidents": active,
             "learned_waits": waits, **self.extra_status,
         }
+        if self.store is not None:
+            doc["state_db"] = self.store.db.status()
+        offset = getattr(self.clock, "offset", None)
+        if offset is not None:
+            doc["clock_offset_s"] = round(offset(), 3)
         if self.anomaly is not None and hasattr(self.anomaly, "status"):
             doc["model"] = self.anomaly.status()
         if self.notifier is not None and hasattr(self.notifier, "status"):
@@ -396,12 +510,27 @@ class LivePipeline:
     def close(self, drain_s: float = 5.0) -> None:
         """Save what was learned, write a final status, drain alerts, close the source."""
         with self._lock:
+            now = self.clock.now()
+            if self.store is not None and self.store.db.mode == "memory":
+                # one last try to put the state on disk, and say so if it worked
+                changes: list[tuple[str, Incident]] = []
+                self.store.db.try_disk(force=True)
+                self._storage_events(now, changes)
+                if changes and self.notifier is not None:
+                    try:
+                        self.notifier.observe(changes)
+                        self.notifier.tick(now)
+                    except Exception as e:  # noqa: BLE001 - shutdown goes on
+                        log.error("alerting at shutdown: %s", e)
+                for _, inc in changes:
+                    self._store_incident(now, inc)
             try:
                 self.save()
                 if self.store is not None:
                     doc = self.status()
                     doc["stopped_at"] = self.clock.now()
                     self.store.write_status(doc, self.clock.now())
+                    self._runtime_status(doc, self.clock.now())
             except Exception as e:  # noqa: BLE001 - shutdown goes on
                 log.error("cannot save agent state at shutdown: %s", e)
             if self.notifier is not None:

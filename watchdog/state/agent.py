@@ -18,11 +18,11 @@ from __future__ import annotations
 
 import json
 import sqlite3
-import threading
 from typing import Any
 
 from watchdog.incident import Incident
-from watchdog.state.db import migrate
+from watchdog.state.db import transaction
+from watchdog.state.statedb import StateDB
 
 STEPS = (
     """
@@ -50,35 +50,36 @@ DAY = 86_400.0
 
 
 class AgentStore:
-    """The agent's tables on one connection (thread-safe: one lock around each call)."""
+    """The agent's tables; every method is one unit of :class:`StateDB` work (so a full
+    disk moves them to memory instead of failing)."""
 
-    def __init__(self, conn: sqlite3.Connection, namespace: str) -> None:
-        self.conn = conn
+    def __init__(self, db: StateDB, namespace: str) -> None:
+        self.db = db
         self.namespace = namespace
-        self._lock = threading.Lock()
-        migrate(conn, "agent", STEPS)
+        db.migrate("agent", STEPS)
 
     # --- learned state ----------------------------------------------------------------
     def load_learned(self, host: str) -> tuple[dict[str, dict[str, Any]],
                                                dict[str, dict[str, float | None]]]:
         """``(waits by rule, levels by GPU uuid)`` saved for this host and namespace."""
-        with self._lock:
-            waits = {rule: json.loads(state) for rule, state in self.conn.execute(
+        def read(c: sqlite3.Connection) -> tuple[dict[str, dict[str, Any]],
+                                                 dict[str, dict[str, float | None]]]:
+            waits = {rule: json.loads(state) for rule, state in c.execute(
                 "SELECT rule, state FROM learned_waits WHERE namespace = ? AND host = ?",
                 (self.namespace, host))}
             levels = {uuid: {"idle_w": i, "busy_w": b, "max_sm_mhz": m}
-                      for uuid, i, b, m in self.conn.execute(
+                      for uuid, i, b, m in c.execute(
                           "SELECT uuid, idle_w, busy_w, max_sm_mhz FROM learned_levels "
                           "WHERE namespace = ?", (self.namespace,))}
-        return waits, levels
+            return waits, levels
+
+        return self.db.run(read)
 
     def save_learned(self, host: str, waits: dict[str, dict[str, Any]],
                      levels: dict[str, dict[str, float | None]], now: float) -> None:
         """Replace what was learned (one transaction: a kill leaves old or new, not half)."""
-        with self._lock:
-            c = self.conn
-            c.execute("BEGIN IMMEDIATE")
-            try:
+        def write(c: sqlite3.Connection) -> None:
+            with transaction(c):
                 for rule, state in waits.items():
                     c.execute("INSERT INTO learned_waits VALUES (?, ?, ?, ?, ?) "
                               "ON CONFLICT (namespace, host, rule) DO UPDATE SET "
@@ -92,10 +93,8 @@ class AgentStore:
                               "updated_at = excluded.updated_at",
                               (self.namespace, uuid, lv.get("idle_w"), lv.get("busy_w"),
                                lv.get("max_sm_mhz"), now))
-                c.execute("COMMIT")
-            except BaseException:
-                c.execute("ROLLBACK")
-                raise
+
+        self.db.run(write)
 
     # --- incidents ----------------------------------------------------------------------
     def record_incident(self, key: str, inc: Incident, now: float) -> None:
@@ -103,22 +102,19 @@ class AgentStore:
         row = (key, self.namespace, inc.host, inc.kind, inc.severity, inc.rule,
                json.dumps(inc.gpus), json.dumps(inc.uuids), inc.started_at, inc.fired_at,
                inc.resolved_at, inc.summary, json.dumps(inc.to_json()["evidence"]), now)
-        with self._lock:
-            self.conn.execute(
-                "INSERT INTO incidents VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?) "
-                "ON CONFLICT (id) DO UPDATE SET gpus = excluded.gpus, uuids = excluded.uuids, "
-                "fired_at = excluded.fired_at, resolved_at = excluded.resolved_at, "
-                "summary = excluded.summary, evidence = excluded.evidence, "
-                "updated_at = excluded.updated_at", row)
+        self.db.run(lambda c: c.execute(
+            "INSERT INTO incidents VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?) "
+            "ON CONFLICT (id) DO UPDATE SET gpus = excluded.gpus, uuids = excluded.uuids, "
+            "fired_at = excluded.fired_at, resolved_at = excluded.resolved_at, "
+            "summary = excluded.summary, evidence = excluded.evidence, "
+            "updated_at = excluded.updated_at", row))
 
     def active_incidents(self) -> list[dict[str, Any]]:
         """Incidents not resolved, oldest first, as plain dicts."""
-        with self._lock:
-            cur = self.conn.execute(
-                "SELECT id, host, kind, severity, rule, gpus, uuids, started_at, fired_at, "
-                "summary FROM incidents WHERE resolved_at IS NULL AND namespace = ? "
-                "ORDER BY started_at", (self.namespace,))
-            rows = cur.fetchall()
+        rows = self.db.run(lambda c: c.execute(
+            "SELECT id, host, kind, severity, rule, gpus, uuids, started_at, fired_at, "
+            "summary FROM incidents WHERE resolved_at IS NULL AND namespace = ? "
+            "ORDER BY started_at", (self.namespace,)).fetchall())
         return [{"id": r[0], "host": r[1], "kind": r[2], "severity": r[3], "rule": r[4],
                  "gpus": json.loads(r[5]), "uuids": json.loads(r[6]), "started_at": r[7],
                  "fired_at": r[8], "summary": r[9]} for r in rows]
@@ -126,31 +122,31 @@ class AgentStore:
     def close_open_incidents(self, now: float, why: str) -> int:
         """Mark incidents left active by an earlier run as resolved at ``now`` (the detector
         that held them is gone; if the condition persists it is raised again)."""
-        with self._lock:
-            cur = self.conn.execute(
-                "UPDATE incidents SET resolved_at = ?, updated_at = ?, "
-                "summary = summary || ? WHERE resolved_at IS NULL AND namespace = ?",
-                (now, now, f" [{why}]", self.namespace))
-            return cur.rowcount
+        return int(self.db.run(lambda c: c.execute(
+            "UPDATE incidents SET resolved_at = ?, updated_at = ?, "
+            "summary = summary || ? WHERE resolved_at IS NULL AND namespace = ?",
+            (now, now, f" [{why}]", self.namespace)).rowcount))
 
     # --- status ---------------------------------------------------------------------------
     def write_status(self, doc: dict[str, Any], now: float) -> None:
-        with self._lock:
-            self.conn.execute("INSERT INTO agent_status VALUES (1, ?, ?) ON CONFLICT (id) DO "
-                              "UPDATE SET doc = excluded.doc, updated_at = excluded.updated_at",
-                              (json.dumps(doc), now))
+        text = json.dumps(doc)
+        self.db.run(lambda c: c.execute(
+            "INSERT INTO agent_status VALUES (1, ?, ?) ON CONFLICT (id) DO "
+            "UPDATE SET doc = excluded.doc, updated_at = excluded.updated_at", (text, now)))
 
     # --- retention ------------------------------------------------------------------------
     def prune(self, now: float, retention_s: float = 90 * DAY) -> int:
         """Delete incidents resolved more than ``retention_s`` ago and learned levels of
         GPUs not seen for as long (a replaced board). Returns rows deleted."""
         cut = now - retention_s
-        with self._lock:
-            n = self.conn.execute("DELETE FROM incidents WHERE resolved_at IS NOT NULL "
-                                  "AND resolved_at < ?", (cut,)).rowcount
-            n += self.conn.execute("DELETE FROM learned_levels WHERE updated_at < ?",
-                                   (cut,)).rowcount
-        return n
+
+        def delete(c: sqlite3.Connection) -> int:
+            n = c.execute("DELETE FROM incidents WHERE resolved_at IS NOT NULL "
+                          "AND resolved_at < ?", (cut,)).rowcount
+            return n + c.execute("DELETE FROM learned_levels WHERE updated_at < ?",
+                                 (cut,)).rowcount
+
+        return int(self.db.run(delete))
 
 
 def read_status(conn: sqlite3.Connection) -> tuple[dict[str, Any] | None, float | None]:
@@ -184,3 +180,17 @@ def read_waits(conn: sqlite3.Connection) -> list[dict[str, Any]]:
         return []
     return [{"namespace": r[0], "host": r[1], "rule": r[2], **json.loads(r[3]),
              "updated_at": r[4]} for r in rows]
+
+
+def agent_wall(conn: sqlite3.Connection, wall: float) -> float:
+    """Real time on the running agent's timeline. The agent keeps the time it started with
+    (plus the monotonic clock) when the system clock is stepped; a silence added or
+    listed from another process must use the same timeline, or "for 2h" after a step
+    back of an hour would mute for one hour. ``wall``: this process's ``time.time()``."""
+    doc, _ = read_status(conn)
+    if not doc or doc.get("stopped_at") is not None:
+        return wall
+    offset = doc.get("clock_offset_s")
+    if isinstance(offset, int | float) and abs(offset) >= 1.0:
+        return wall - float(offset)
+    return wall
