@@ -238,10 +238,9 @@ def _since_s(text: str) -> float:
     """Seconds between a comm_hang's condition start and its FIRING line."""
     import re
 
-    m = re.search(r"FIRING +CRITICAL comm_hang .*\(condition since (?:(\d+)m)?(\d+)s earlier\)",
-                  text)
-    assert m, text
-    return int(m.group(1) or 0) * 60 + int(m.group(2))
+    m = re.search(r"FIRING +CRITICAL comm_hang .*\(for (?:(\d+) min)? ?(?:(\d+) s)?\)", text)
+    assert m and (m.group(1) or m.group(2)), text
+    return int(m.group(1) or 0) * 60 + int(m.group(2) or 0)
 
 
 def _sim_run(tmp: Path, state: Path, scenario: str, duration: str) -> str:

@@ -22,11 +22,25 @@ class Clock(Protocol):
         ...
 
 
-class WallClock:
-    """The real clock (``time.time``); ``speed`` > 1 runs a simulated node faster.
+def elapsed() -> float:
+    """Seconds on the kernel's boot-time clock: monotonic (a wall-clock step never moves
+    it) and, unlike ``time.monotonic``, still counting while the machine is suspended."""
+    return time.clock_gettime(_BOOTTIME)
 
-    With ``speed`` = 60, one real second is one simulated minute: ``now()`` advances 60
-    seconds per real second, starting from the real time at construction.
+
+_BOOTTIME = getattr(time, "CLOCK_BOOTTIME", time.CLOCK_MONOTONIC)
+
+
+class WallClock:
+    """The agent's clock: the wall-clock time when it started plus the time elapsed since,
+    counted on :func:`elapsed`. ``speed`` > 1 runs a simulated node faster.
+
+    Why not ``time.time()``: the detector's windows and ``for:`` durations need a time that
+    never goes back and never jumps. A wall-clock step while the agent runs (NTP, an
+    admin, a VM restored) therefore moves neither the schedule nor the timestamps;
+    :meth:`offset` says how far the system clock now differs (``watchdog status`` shows it)
+    and the next start takes the system clock again. The unit starts after
+    ``time-sync.target`` so that the start time is right in the first place.
     """
 
     def __init__(self, speed: float = 1.0) -> None:
@@ -34,10 +48,19 @@ class WallClock:
             raise ValueError("speed must be positive")
         self.speed = speed
         self._t0_real = time.time()
-        self._t0_mono = time.monotonic()
+        self._t0_mono = elapsed()
 
     def now(self) -> float:
-        return self._t0_real + (time.monotonic() - self._t0_mono) * self.speed
+        return self._t0_real + (elapsed() - self._t0_mono) * self.speed
+
+    def real(self) -> float:
+        """Real time on the same timeline (speed 1): for silences, retries, outbox rows."""
+        return self._t0_real + (elapsed() - self._t0_mono)
+
+    def offset(self) -> float:
+        """How far the system clock is from this timeline now (s; positive: the system
+        clock is ahead, e.g. stepped forward since the start)."""
+        return time.time() - self.real()
 
     def sleep_until(self, t: float) -> None:
         delay = (t - self.now()) / self.speed

@@ -4,6 +4,28 @@
 Both read the daemon's config (``--config``, the file the unit uses) to find the state
 directory and the sinks. ``alerts`` opens the state database read-only, so it is safe as
 root next to a running service.
+
+``alerts --json`` prints one JSON object::
+
+    {"alerts": [{"fingerprint": str, "state": "firing" | "resolving" | "resolved",
+                 "hold_until": ISO 8601|null, "hold_until_epoch": POSIX seconds|null,
+                 "headline": "CRITICAL comm_hang on node7, GPUs 0-7, for 12 min",
+                 "alert": {kind, severity, host, gpus, uuids, started_at, fired_at,
+                           resolved_at (each also as <name>_epoch), rule, summary,
+                           evidence, labels, runbook_url, job_id},
+                 "notifications": [{"sink", "reason", "state", "attempts", "last_error",
+                                    "sent_at", "sent_at_epoch"}]}],
+     "silences": [as `watchdog silence list --json`],
+     "outbox": {SINK: {"sent"|"pending"|"failed": {"count", "last_at", "last_at_epoch"},
+                       "last_error": str|null}}}
+
+Times as everywhere in these commands: ``NAME`` ISO 8601 with zone, ``NAME_epoch`` POSIX
+seconds. ``state`` ``resolving`` with ``alert.resolved_at`` set (listed as CLEARED): the
+detector resolved it and the resolve notification is held (``resolve_hold``, longer when
+flapping) until ``hold_until``; without ``resolved_at`` (listed as FIRING): it was firing
+when the agent stopped and waits until ``hold_until`` for the restarted detector to confirm
+it. "How long" is the condition's age (``watchdog.notify.render``), on the agent's clock (a
+simulated node's own time).
 """
 
 from __future__ import annotations
@@ -48,10 +70,53 @@ def state_dir(args: argparse.Namespace) -> Any:
     return resolve_state_dir(getattr(args, "state_dir", None) or cfg.state_dir)
 
 
+def agent_now(conn: Any, wall: float) -> float:
+    """The agent's clock now, for "how long": the wall clock, except for a simulated node
+    whose clock runs ahead of it (``--speed``), where it is the simulated time of the
+    agent's last status (or of its stop)."""
+    from watchdog.state.agent import read_status
+
+    doc, _ = read_status(conn)
+    if doc and str(doc.get("source") or "").startswith("sim"):
+        t = doc.get("stopped_at") or doc.get("now")
+        if isinstance(t, int | float) and t > wall:
+            return float(t)
+    return wall
+
+
+def listing_line(state: str, a: Any, now: float, hold: float | None) -> str:
+    """One alert of ``watchdog alerts``: the state once, then what, where and how long.
+
+    ``FIRING    CRITICAL comm_hang on node7, GPUs 0-7, for 12 min``
+    ``CLEARED   CRITICAL comm_hang on node7, GPUs 0-7, after 40 min; the resolve goes out …``
+    ``RESOLVED  comm_hang on node7, GPUs 0-7, after 40 min (was critical)``
+    """
+    from dataclasses import replace
+
+    from watchdog.notify import render
+
+    def at(t: float) -> str:
+        return time.strftime("%H:%M:%S UTC", time.gmtime(t))
+
+    if state == "resolved":
+        return f"{'RESOLVED':9} {render.describe(a, now)} (was {a.severity})"
+    sev = a.severity.upper()
+    if state == "resolving" and a.resolved_at is not None:
+        text = render.describe(replace(a, status="resolved"), now)
+        held = f"; the resolve goes out at {at(hold)} unless it fires again" if hold else ""
+        return f"{'CLEARED':9} {sev} {text}{held}"
+    text = render.describe(replace(a, status="firing", resolved_at=None), now)
+    if state == "resolving" and hold:  # firing when the agent stopped
+        text += f" (firing before a restart: to be confirmed by {at(hold)})"
+    return f"{'FIRING':9} {sev} {text}"
+
+
 def run_alerts(args: argparse.Namespace) -> int:
+    from watchdog.commands.silence import silence_json, with_times
     from watchdog.notify import render
     from watchdog.notify import store as st
     from watchdog.state import connect
+    from watchdog.state.agent import agent_wall
 
     conn = connect(state_dir(args), readonly=True)
     try:
@@ -65,24 +130,30 @@ def run_alerts(args: argparse.Namespace) -> int:
         keys = ("sink", "reason", "state", "attempts", "last_error", "sent_at")
         for *row, doc in conn.execute("SELECT sink, reason, state, attempts, last_error, "
                                       "sent_at, doc FROM notify_outbox ORDER BY id"):
+            sent = with_times(dict(zip(keys, row, strict=True)), ("sent_at",))
             for a in st.notification_from_json(doc).alerts:
-                sends_of.setdefault(a.fingerprint, []).append(dict(zip(keys, row, strict=True)))
-        alerts = []
+                sends_of.setdefault(a.fingerprint, []).append(sent)
+        wall = agent_wall(conn, time.time())
+        now = agent_now(conn, wall)
+        alerts, lines = [], []
         for fp, doc, state, hold in conn.execute(
                 "SELECT fp, doc, state, hold_until FROM notify_alerts ORDER BY updated_at"):
             if state == "resolved" and not args.all:
                 continue
             a = st.alert_from_json(doc)
-            alerts.append({"fingerprint": fp, "state": state, "hold_until": hold,
+            alerts.append({**with_times({"hold_until": hold}, ("hold_until",)),
+                           "fingerprint": fp, "state": state,
                            "alert": render.jsonable_alert(a),
                            "notifications": sends_of.get(fp, []),
-                           "headline": render.headline(a, a.resolved_at or time.time())})
-        silences = st.silences(conn, time.time())
+                           "headline": render.headline(a, now)})
+            lines.append(listing_line(state, a, now, hold))
+        silences = [silence_json(s, wall) for s in st.silences(conn, wall)]
         sinks: dict[str, Any] = {}
         for sink, state, n, last in conn.execute(
                 "SELECT sink, state, COUNT(*), MAX(COALESCE(sent_at, created_at)) FROM "
                 "notify_outbox GROUP BY sink, state"):
-            sinks.setdefault(sink, {})[state] = {"count": n, "last_at": last}
+            sinks.setdefault(sink, {})[state] = with_times({"count": n, "last_at": last},
+                                                           ("last_at",))
         for sink, err in conn.execute("SELECT sink, last_error FROM notify_sinks"):
             sinks.setdefault(sink, {})["last_error"] = err
     finally:
@@ -92,22 +163,22 @@ def run_alerts(args: argparse.Namespace) -> int:
         return 0
     if not alerts:
         print("no alerts")
-    for a in alerts:
-        print(f"{a['state'].upper():9} {a['headline']}  [{a['fingerprint']}]")
+    for a, line in zip(alerts, lines, strict=True):
+        print(f"{line}  [{a['fingerprint']}]")
         for n in a["notifications"]:
             err = f" ({n['last_error']})" if n["last_error"] else ""
             print(f"    {n['sink']:12} {n['reason']:8} {n['state']}{err}")
     for name, d in sorted(sinks.items()):
         sent = d.get("sent", {})
-        last = (time.strftime("%H:%M:%S UTC", time.gmtime(sent["last_at"]))
-                if sent.get("last_at") else "never")
+        last = (time.strftime("%H:%M:%S UTC", time.gmtime(sent["last_at_epoch"]))
+                if sent.get("last_at_epoch") else "never")
         line = (f"sink {name}: {sent.get('count', 0)} delivered (last {last}), "
                 f"{d.get('pending', {}).get('count', 0)} pending, "
                 f"{d.get('failed', {}).get('count', 0)} undeliverable")
         print(line + (f"; last error: {d['last_error']}" if d.get("last_error") else ""))
     for s in silences:
-        until = time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime(s["ends_at"]))
-        print(f"silence {s['id']}: until {until} {s['comment']}")
+        until = time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime(s["ends_at_epoch"]))
+        print(f"silence {s['id']}: {s['what']} muted until {until}: {s['comment']}")
     return 0
 
 
@@ -117,7 +188,7 @@ def run_test(args: argparse.Namespace) -> int:
 
     from watchdog import config as config_mod
     from watchdog.errors import InputError
-    from watchdog.notify.base import Accepted, Notification
+    from watchdog.notify.base import Accepted, Notification, Retry
     from watchdog.notify.notifier import build_sinks
 
     cfg = config_mod.load(args.config)
@@ -136,6 +207,11 @@ def run_test(args: argparse.Namespace) -> int:
                          reason="test", created_at=time.time(), alerts=(),
                          text=f"test from {host}: this sink works. No action needed.")
         result = sink.send(n, {})
+        if isinstance(result, Retry) and result.memory.get("done"):
+            # half done (PagerDuty's test trigger went out, its resolve did not): one more
+            # try finishes it rather than leave a test incident open
+            time.sleep(min(result.after if result.after is not None else 1.0, 5.0))
+            result = sink.send(n, result.memory)
         ok = isinstance(result, Accepted)
         bad += not ok
         print(f"{name} ({sink.type}): {'delivered' if ok else type(result).__name__.lower()}"

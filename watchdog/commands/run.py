@@ -12,8 +12,6 @@ from __future__ import annotations
 
 import argparse
 import logging
-import os
-import sys
 from typing import Any
 
 from watchdog.commands.common import add_source_args
@@ -21,6 +19,7 @@ from watchdog.units import check_tz
 
 DEMO_SPEC = "sim:comm_hang(for=4m)@2m"
 DEMO_SPEED = 30.0
+MAX_RUN_S = 3650 * 86400.0  # --duration: at most 10 years
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -48,45 +47,48 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 
 def _logging() -> None:
-    """One line per event; under journald (``$JOURNAL_STREAM``) no timestamps: the
-    journal adds its own."""
-    fmt = ("%(levelname)s %(name)s: %(message)s" if os.environ.get("JOURNAL_STREAM")
-           else "%(asctime)s %(levelname)s %(name)s: %(message)s")
-    logging.basicConfig(level=logging.INFO, stream=sys.stderr, format=fmt, force=True)
-    # APScheduler logs every run at INFO and every coalesced run at WARNING; at --speed a
-    # skipped run is expected, so keep its chatter out of the journal.
-    logging.getLogger("apscheduler").setLevel(logging.ERROR)
+    """One log format for the daemon, journald priorities under systemd, no secrets
+    (:mod:`watchdog.logs`)."""
+    from watchdog.logs import setup
+
+    setup()
 
 
 def _settings(args: argparse.Namespace) -> tuple[Any, str, float, float]:
     """The config (file or defaults) with command-line values on top:
-    ``(cfg, spec, interval, speed)``. ``spec`` is ``auto`` only without config and --source."""
+    ``(cfg, spec, interval, speed)``. ``spec`` is ``auto`` only without config and --source.
+    ``--interval`` and ``--speed`` have the config's ranges (``watchdog.config.RANGES``)."""
     from watchdog import config as config_mod
-    from watchdog.errors import InputError
-    from watchdog.units import parse_duration
+    from watchdog.units import duration_in, number_in
 
     cfg = config_mod.load(args.config) if args.config else config_mod.Config()
     spec = args.source or (cfg.source if args.config else "auto")
-    interval = parse_duration(args.interval, what="--interval") if args.interval else cfg.interval
-    if interval <= 0:
-        raise InputError(f"--interval {args.interval}: must be positive")
-    speed = args.speed if args.speed is not None else cfg.speed
-    if speed <= 0:
-        raise InputError(f"--speed {speed:g}: must be positive")
+    lo, hi = config_mod.RANGES["interval"]
+    interval = (duration_in(args.interval, lo, hi, what="--interval")
+                if args.interval else cfg.interval)
+    lo, hi = config_mod.RANGES["speed"]
+    speed = (float(number_in(args.speed, lo, hi, what="--speed", lo_open=True))
+             if args.speed is not None else cfg.speed)
     return cfg, spec, interval, speed
 
 
 def run(args: argparse.Namespace) -> int:
     from watchdog.clock import WallClock
     from watchdog.commands.common import gpu_model_arg, parse_map
+    from watchdog.config import RANGES
     from watchdog.errors import InputError, SourceUnavailable
-    from watchdog.sources import SourceOptions, kind_of, open_live
-    from watchdog.units import parse_duration
+    from watchdog.sources import SourceOptions, check_live, kind_of, open_live
+    from watchdog.units import duration_in
 
     _logging()
     cfg, spec, interval, speed = _settings(args)
     if args.gpus is not None and not 1 <= args.gpus <= 256:
         raise InputError(f"--gpus {args.gpus}: expected 1..256")
+    lo, hi = RANGES["sim_seed"]
+    if args.seed is not None and not lo <= args.seed <= hi:
+        raise InputError(f"--seed {args.seed}: expected {lo:.0f}..{hi:.0f}")
+    stop_after = (duration_in(args.duration, 0.0, MAX_RUN_S, what="--duration")
+                  if args.duration else None)
     options = SourceOptions(
         host=args.host or cfg.host, mapping=parse_map(args.map),
         sim_gpus=args.gpus if args.gpus is not None else cfg.sim_gpus,
@@ -99,10 +101,11 @@ def run(args: argparse.Namespace) -> int:
             open_live("nvml", options, start=0.0).close()
             spec = "nvml"
         except SourceUnavailable as e:
-            print(f"watchdog: {e}\nwatchdog: no GPU here, so this is the simulated demo node: "
-                  f"8 H100s whose job hangs in a collective, at {DEMO_SPEED:.0f}x speed. "
-                  "Use --source nvml to insist on real GPUs. Ctrl-C stops.",
-                  file=sys.stderr)
+            log = logging.getLogger("watchdog.agent")
+            log.warning("%s", getattr(e, "cause", e))
+            log.warning("no GPU here, so this is the simulated demo node: 8 H100s whose job "
+                        "hangs in a collective, at %.0fx speed. Use --source nvml to insist "
+                        "on real GPUs. Ctrl-C stops.", DEMO_SPEED)
             spec, demo = DEMO_SPEC, True
             speed = DEMO_SPEED if args.speed is None else speed
     if kind_of(spec) == "replay":
@@ -110,7 +113,7 @@ def run(args: argparse.Namespace) -> int:
                          "(nvml or sim); use `watchdog replay` for logs")
     if kind_of(spec) != "sim" and speed != 1.0:
         raise InputError("--speed only applies to a simulated node (--source sim…)")
-    stop_after = parse_duration(args.duration, what="--duration") if args.duration else None
+    check_live(spec, options)  # a sim spec whole, now: a typo is one line, not one per tick
     from watchdog.service.agent import build
 
     agent = build(cfg, spec=spec, options=options, interval=interval, speed=speed,

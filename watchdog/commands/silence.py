@@ -3,15 +3,33 @@ node for a while (maintenance, a known fault being fixed). Silences live in the 
 state database, so a running agent honours them within seconds and they survive
 restarts; they end by themselves. Incidents are still detected and listed by
 ``watchdog alerts``; only the notifications are held back.
+
+``silence list --json`` prints one JSON object::
+
+    {"silences": [{"id": int, "what": "GPU 3 thermal_throttle" | "everything",
+                   "host": str|null, "gpu": str|null, "kind": str|null,
+                   "state": "active" | "ended" | "expired",
+                   "starts_at": ISO 8601, "starts_at_epoch": POSIX seconds,
+                   "ends_at": ISO 8601, "ends_at_epoch": POSIX seconds,
+                   "expired_at": ISO 8601|null, "expired_at_epoch": POSIX seconds|null,
+                   "comment": str, "created_by": str}]}
+
+Every time in the JSON of ``silence list`` and ``alerts`` is given twice: ``NAME`` as ISO
+8601 with its zone (``2026-11-21T10:00:00.000+00:00``) and ``NAME_epoch`` as POSIX seconds,
+null when there is none (:func:`with_times`).
 """
 
 from __future__ import annotations
 
 import argparse
 import getpass
+import json
 import os
+import sqlite3
 import sys
 import time
+from collections.abc import Iterable
+from typing import Any
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -27,7 +45,9 @@ def register(sub: argparse._SubParsersAction) -> None:
     add.add_argument("--comment", required=True, help="why (shown in `silence list`)")
     add.add_argument("--host", help="only incidents of this host (default: any)")
     lst = ssub.add_parser("list", help="list active silences (--all: also ended ones)")
-    lst.add_argument("--all", action="store_true")
+    lst.add_argument("--all", action="store_true", help="also silences that ended")
+    lst.add_argument("--json", action="store_true",
+                     help='one JSON object on stdout: {"silences": [...]}')
     exp = ssub.add_parser("expire", help="end a silence now")
     exp.add_argument("id", type=int)
     for q in (add, lst, exp):
@@ -36,17 +56,56 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.set_defaults(func=run)
 
 
+def with_times(d: dict[str, Any], keys: Iterable[str]) -> dict[str, Any]:
+    """``d`` with each time in ``keys`` as ISO 8601 with zone and as ``<key>_epoch``."""
+    from watchdog.incident import iso
+
+    out = dict(d)
+    for k in keys:
+        t = d.get(k)
+        out[k] = iso(t) if t is not None else None
+        out[f"{k}_epoch"] = t
+    return out
+
+
+def what(s: dict[str, Any]) -> str:
+    """``GPU 3 thermal_throttle``, ``thermal_throttle``, ``GPU 3`` or ``everything``."""
+    if not (s["gpu"] or s["kind"]):
+        return "everything"
+    return " ".join(x for x in (f"GPU {s['gpu']}" if s["gpu"] else "", s["kind"] or "") if x)
+
+
+def state(s: dict[str, Any], now: float) -> str:
+    """``active``; ``expired`` (ended by `silence expire`); ``ended`` (its time ran out)."""
+    if s["expired_at"] is not None:
+        return "expired"
+    return "active" if s["ends_at"] > now else "ended"
+
+
+def silence_json(s: dict[str, Any], now: float) -> dict[str, Any]:
+    """One silence as JSON (the shape in the module docs)."""
+    return with_times({"id": s["id"], "what": what(s), "host": s["host"], "gpu": s["gpu"],
+                       "kind": s["kind"], "state": state(s, now), "starts_at": s["starts_at"],
+                       "ends_at": s["ends_at"], "expired_at": s["expired_at"],
+                       "comment": s["comment"], "created_by": s["created_by"]},
+                      ("starts_at", "ends_at", "expired_at"))
+
+
 def run(args: argparse.Namespace) -> int:
     from watchdog.commands.alerts import state_dir
     from watchdog.errors import InputError
     from watchdog.incident import KINDS
     from watchdog.notify import store as st
     from watchdog.state import connect
+    from watchdog.state.agent import agent_wall
     from watchdog.units import parse_duration
 
-    now = time.time()
-    conn = st.open_store(connect(state_dir(args)))
+    if args.action == "list":  # reading only: a member of the service's group may
+        conn = connect(state_dir(args), readonly=True)
+    else:
+        conn = st.open_store(connect(state_dir(args)))
     try:
+        now = agent_wall(conn, time.time())  # the running agent's timeline
         if args.action == "add":
             if not (args.all or args.gpu or args.kind):
                 raise InputError("silence add: say what to mute: --gpu N, --kind KIND, or "
@@ -63,9 +122,8 @@ def run(args: argparse.Namespace) -> int:
             sid = st.add_silence(conn, host=args.host, gpu=args.gpu, kind=args.kind,
                                  starts_at=now, ends_at=now + secs, comment=args.comment,
                                  created_by=who)
-            what = "everything" if args.all else " ".join(
-                x for x in (f"GPU {args.gpu}" if args.gpu else "", args.kind or "") if x)
-            print(f"silence {sid}: {what} muted until "
+            muted = what({"gpu": args.gpu, "kind": args.kind})
+            print(f"silence {sid}: {muted} muted until "
                   f"{time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime(now + secs))}")
             return 0
         if args.action == "expire":
@@ -74,15 +132,19 @@ def run(args: argparse.Namespace) -> int:
                 return 1
             print(f"silence {args.id} expired")
             return 0
-        rows = st.silences(conn, now, all_=args.all)
+        try:
+            rows = st.silences(conn, now, all_=args.all)
+        except sqlite3.OperationalError:  # the agent never ran with alerting: no table
+            rows = []
+        if args.json:
+            print(json.dumps({"silences": [silence_json(s, now) for s in rows]}))
+            return 0
         if not rows:
-            print("no active silences")
+            print("no silences" if args.all else "no active silences")
         for s in rows:
-            what = "everything" if not (s["gpu"] or s["kind"]) else " ".join(
-                x for x in (f"GPU {s['gpu']}" if s["gpu"] else "", s["kind"] or "") if x)
             end = s["expired_at"] or s["ends_at"]
-            state = "expired" if s["expired_at"] or end <= now else "until"
-            print(f"{s['id']:>4}  {what:28} {state} "
+            word = {"active": "until", "ended": "ended", "expired": "expired"}[state(s, now)]
+            print(f"{s['id']:>4}  {what(s):28} {word} "
                   f"{time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime(end))}  by "
                   f"{s['created_by']}: {s['comment']}")
         return 0

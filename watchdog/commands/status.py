@@ -24,20 +24,45 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.set_defaults(func=run)
 
 
-def run(args: argparse.Namespace) -> int:
-    from watchdog import config as config_mod
-    from watchdog.service.status import render, stale
-    from watchdog.state import connect, resolve_state_dir
+def _from_db(sdir: Any) -> tuple[dict[str, Any] | None, float | None, list[dict[str, Any]]]:
+    """``(status document, when written, learned waits)`` from the database. Where the
+    database cannot be read but the agent keeps its status in memory (the in-memory
+    status file exists), that file answers instead of an error."""
+    import sqlite3
+
+    from watchdog.errors import InputError
+    from watchdog.state import connect, runtime
     from watchdog.state.agent import read_status, read_waits
 
-    cfg = config_mod.load(args.config) if args.config else config_mod.Config()
-    sdir = resolve_state_dir(args.state_dir or cfg.state_dir)
-    conn = connect(sdir, readonly=True)
+    try:
+        conn = connect(sdir, readonly=True)
+    except InputError:
+        if runtime.read(sdir) is not None:
+            return None, None, []
+        raise
     try:
         doc, written = read_status(conn)
         waits = read_waits(conn)
+    except sqlite3.Error as e:
+        if runtime.read(sdir) is not None:
+            return None, None, []
+        raise InputError(f"{sdir}: cannot read the agent's state: {e}") from None
     finally:
         conn.close()
+    return doc, written, waits
+
+
+def run(args: argparse.Namespace) -> int:
+    from watchdog import config as config_mod
+    from watchdog.service.status import render, stale
+    from watchdog.state import resolve_state_dir, runtime
+
+    cfg = config_mod.load(args.config) if args.config else config_mod.Config()
+    sdir = resolve_state_dir(args.state_dir or cfg.state_dir)
+    doc, written, waits = _from_db(sdir)
+    mem = runtime.read(sdir)  # written only while the agent's state is in memory only
+    if mem is not None and (written is None or (mem.get("status_written_at") or 0) > written):
+        doc, written = mem, mem.get("status_written_at")
     if doc is None:
         print(f"watchdog: {sdir}: the agent has not written a status yet", file=sys.stderr)
         return 1

@@ -7,15 +7,15 @@ recording, metrics endpoint and the daemon loop; and reload it on SIGHUP.
 from __future__ import annotations
 
 import logging
-import os
 import socket
-import sys
+import time
 from dataclasses import dataclass, field
 from typing import Any
 
 from watchdog.clock import Clock
 
 log = logging.getLogger("watchdog.agent")
+METRICS_RETRY_S = 10.0  # a metrics port that was taken is tried again this often
 
 
 @dataclass
@@ -28,21 +28,52 @@ class Agent:
     daemon: Any
     rules_override: list[str]
     state_dir: Any
+    lock: Any = None
+    db: Any = None
+    metrics_at: tuple[str, int] | None = None
     metrics_error: str | None = None
     servers: list[Any] = field(default_factory=list)
+    _metrics_retry_at: float = 0.0
 
     def announce(self) -> None:
         """The start line, after the first tick (so it can say what was found)."""
         p = self.pipeline
+        where = f"state in {self.state_dir}" + (
+            " (MEMORY ONLY)" if self.db is not None and self.db.mode == "memory" else "")
         if p.source is None:
-            print(f"watchdog: GPUs not readable yet ({p.source_error}); retrying, state in "
-                  f"{self.state_dir}", file=sys.stderr)
+            log.error("GPUs not readable yet (%s); retrying, %s", p.source_error, where)
             return
         n = len(p.source.devices())
-        print(f"watchdog: watching {n} GPU{'s' if n != 1 else ''} on {p.host} (source "
-              f"{self.spec}, every {p.interval:g}s"
-              f"{f', {self.daemon.speed:g}x speed' if self.daemon.speed != 1 else ''}, "
-              f"{len(p.detector.rules)} rules, state in {self.state_dir})", file=sys.stderr)
+        log.info("watching %d GPU%s on %s (source %s, every %gs%s, %d rules, %s)", n,
+                 "s" if n != 1 else "", p.host, self.spec, p.interval,
+                 f", {self.daemon.speed:g}x speed" if self.daemon.speed != 1 else "",
+                 len(p.detector.rules), where)
+
+    def start_metrics(self) -> None:
+        """Serve the metrics endpoint; a taken port is retried every
+        ``METRICS_RETRY_S`` (:meth:`maintain`) and shown by ``watchdog status`` meanwhile."""
+        from watchdog.service.metrics import serve
+
+        if self.metrics_at is None or self.servers:
+            return
+        mhost, mport = self.metrics_at
+        first = self.metrics_error is None and not self._metrics_retry_at
+        server, err = serve(self.pipeline, mhost, mport, quiet=True)
+        self._metrics_retry_at = time.monotonic() + METRICS_RETRY_S
+        if err is not None and first:
+            log.error("%s; retrying every %.0f s", err, METRICS_RETRY_S)
+        if server is not None:
+            self.servers.append(server)
+            if self.metrics_error is not None:
+                log.warning("metrics endpoint %s:%d serving now", mhost, mport)
+        self.metrics_error = err
+        self.pipeline.extra_status["metrics"] = {"listen": f"{mhost}:{mport}", "error": err}
+
+    def maintain(self) -> None:
+        """Called by the daemon's main loop every few seconds (not on the tick thread)."""
+        if self.metrics_at is not None and not self.servers and \
+                time.monotonic() >= self._metrics_retry_at:
+            self.start_metrics()
 
     def serve(self) -> int:
         """Run until SIGTERM/SIGINT or ``--duration``; returns the exit code."""
@@ -58,6 +89,13 @@ class Agent:
                     s.shutdown()
                 except Exception:  # noqa: BLE001 - shutting down anyway
                     pass
+            if self.db is not None:
+                if not self.db.try_disk(force=True):
+                    log.error("stopping with the state in memory only (%s): what happened "
+                              "since it could not be written is lost", self.db.reason)
+                self.db.close()
+            if self.lock is not None:
+                self.lock.release()
             log.info("stopped after %d ticks", p.stats.ticks)
 
     def reload(self) -> str:
@@ -114,9 +152,23 @@ def _anomaly(cfg: Any, sdir: Any, namespace: str, pipeline: Any) -> Any:
                        pipeline.interval, gpu_model)
 
 
-def _notifier(cfg: Any, sdir: Any, clock: Clock, host: str | None, pipeline: Any) -> Any:
+def _own_runbook(rule: str) -> str | None:
+    """The shipped runbook page of an incident the agent raises itself (no rule file),
+    found where the shipped rules find theirs (``../docs/runbooks/`` beside them)."""
+    from watchdog.detect.loader import default_rules_dir
+    from watchdog.pipeline.live import OWN_RULES
+
+    kind = OWN_RULES.get(rule)
+    if kind is None:
+        return None
+    page = (default_rules_dir() / ".." / "docs" / "runbooks" / f"{kind}.md").resolve()
+    return str(page) if page.is_file() else None
+
+
+def _notifier(cfg: Any, sinks: dict[str, Any] | None, db: Any, clock: Any, host: str | None,
+              pipeline: Any) -> Any:
     """Alerting (``notify:`` with at least one sink), or None: console only."""
-    if cfg.notify is None or not cfg.notify.sinks:
+    if not sinks:
         return None
     from watchdog.notify.notifier import for_agent
 
@@ -125,27 +177,49 @@ def _notifier(cfg: Any, sdir: Any, clock: Clock, host: str | None, pipeline: Any
         for r in getattr(det, "rules", ()) if det is not None else ():
             if r.name == name:
                 return r.scope, getattr(r, "runbook", None)
-        return "node", None  # the agent's own node-level incidents (NVML unavailable)
+        return "node", _own_runbook(name)  # the agent's own node-level incidents
 
-    return for_agent(cfg.notify, sdir, clock.now, host or socket.gethostname(), rule_info)
+    real = getattr(clock, "real", clock.now)
+    return for_agent(cfg.notify, db, clock.now, host or socket.gethostname(), rule_info,
+                     sinks=sinks, wall=real)
 
 
 def build(cfg: Any, *, spec: str, options: Any, interval: float, speed: float,
           rules_override: list[str], state_dir: str | None, demo: bool, clock: Clock,
           stop_after: float | None) -> Agent:
-    """Everything ``watchdog run`` needs, from a validated config and the command line."""
+    """Everything ``watchdog run`` needs, from a validated config and the command line.
+
+    Order matters: the state directory is locked first (a second agent changes nothing),
+    then everything that can refuse the start is checked (rules, sinks and their secrets,
+    the model file), and only then is the state database opened and changed."""
     from watchdog.detect import load_rules
-    from watchdog.notify_console import ConsoleNotifier
+    from watchdog.notify_console import IncidentLog
     from watchdog.pipeline.live import LivePipeline
     from watchdog.service.daemon import Daemon
     from watchdog.sources import kind_of, open_live
-    from watchdog.state import connect, resolve_state_dir
+    from watchdog.state import resolve_state_dir
     from watchdog.state.agent import AgentStore
+    from watchdog.state.lock import acquire
+    from watchdog.state.statedb import StateDB
 
-    rules = load_rules(rules_override or list(cfg.rules) or None)
-    namespace = "sim" if kind_of(spec) == "sim" else "nvml"
     sdir = resolve_state_dir(state_dir or cfg.state_dir)
-    store = AgentStore(connect(sdir), namespace)
+    lock = acquire(sdir)
+    try:
+        rules = load_rules(rules_override or list(cfg.rules) or None)
+        sinks = None
+        if cfg.notify is not None and cfg.notify.sinks:
+            from watchdog.notify.notifier import build_sinks
+
+            sinks = build_sinks(cfg.notify)
+        from watchdog.anomaly.auto import parse as parse_model
+
+        parse_model(cfg.model, f"{cfg.path}:{cfg.lines.get('model', '?')}")
+        namespace = "sim" if kind_of(spec) == "sim" else "nvml"
+        db = StateDB(sdir)
+        store = AgentStore(db, namespace)
+    except BaseException:
+        lock.release()
+        raise
     host = options.host or (None if namespace == "sim" else socket.gethostname())
     recorder_box: list[Any] = []
 
@@ -159,27 +233,22 @@ def build(cfg: Any, *, spec: str, options: Any, interval: float, speed: float,
             pipeline.recorder = recorder_box[0]
         return src
 
-    colour = None if not os.environ.get("JOURNAL_STREAM") else False
     pipeline = LivePipeline(open_source, lambda src: None, clock, spec=spec,
                             interval=interval, store=store,
-                            notifiers=[ConsoleNotifier(color=colour)], host=host)
+                            notifiers=[IncidentLog(clock.now, stamp=speed != 1)], host=host)
     pipeline._make_detector = _detector_factory(rules, pipeline)
-    pipeline.notifier = _notifier(cfg, sdir, clock, host, pipeline)
+    pipeline.notifier = _notifier(cfg, sinks, db, clock, host, pipeline)
     pipeline.anomaly = _anomaly(cfg, sdir, namespace, pipeline)
     agent = Agent(cfg=cfg, spec=spec, pipeline=pipeline, daemon=None,
-                  rules_override=rules_override, state_dir=sdir)
+                  rules_override=rules_override, state_dir=sdir, lock=lock, db=db)
     stop_at = clock.now() + stop_after if stop_after is not None else None
     agent.daemon = Daemon(pipeline, interval=interval, speed=speed, stop_at=stop_at,
-                          reload=agent.reload)
+                          reload=agent.reload, maintain=agent.maintain)
     if cfg.metrics_listen:
-        from watchdog.service.metrics import parse_listen, serve
+        from watchdog.service.metrics import parse_listen
 
-        mhost, mport = parse_listen(cfg.metrics_listen, f"{cfg.path}:metrics")
-        server, err = serve(pipeline, mhost, mport)
-        agent.metrics_error = err
-        pipeline.extra_status["metrics"] = {"listen": f"{mhost}:{mport}", "error": err}
-        if server is not None:
-            agent.servers.append(server)
+        agent.metrics_at = parse_listen(cfg.metrics_listen, f"{cfg.path}:metrics")
+        agent.start_metrics()
     if demo:
         log.info("demo node: state kept apart from real GPUs (namespace sim) in %s", sdir)
     return agent

@@ -1,7 +1,12 @@
-"""The daemon's main loop: APScheduler ticks, signals, systemd notification, heartbeat.
+"""The daemon's main loop: ticks on the monotonic clock, signals, systemd notification,
+heartbeat.
 
-* Ticks run on an APScheduler interval job (``coalesce``: a late tick is not run twice);
-  the first tick runs before the scheduler starts, so READY=1 means "sampling works".
+* Ticks run on their own thread (:class:`Ticker`) every ``interval`` of the kernel's
+  monotonic boot-time clock (:func:`watchdog.clock.elapsed`): a wall-clock step (NTP, an
+  admin, a VM restored) never delays or hurries sampling. A late tick runs once, not once
+  per missed slot (the pipeline counts the missed ones). The first tick runs before the
+  ticker starts, so READY=1 means "sampling works". (APScheduler, used before, schedules on
+  the wall clock: a clock stepped back an hour stopped sampling for good.)
 * SIGTERM / SIGINT: stop scheduling, let the running tick end, save the learned state,
   drain the alert outbox for a bounded time, exit 0.
 * SIGHUP: reload the config file and the rules. A bad new config or rule is logged with
@@ -20,10 +25,53 @@ import time
 from collections.abc import Callable
 from typing import Any
 
+from watchdog.clock import elapsed
 from watchdog.service.sdnotify import Notifier
 
 log = logging.getLogger("watchdog.agent")
 HEARTBEAT_S = 300.0  # real seconds between heartbeat log lines
+STATUS_EVERY_S = 10.0  # real seconds between STATUS= updates (and upkeep: metrics retry)
+
+
+class Ticker(threading.Thread):
+    """Calls ``job()`` at ``start + k * period`` on the monotonic clock until stopped.
+
+    A job that overruns its slot is followed by the next free slot (coalesced, as a
+    scheduler with ``coalesce`` would). :meth:`set_period` takes effect at the next tick.
+    """
+
+    def __init__(self, job: Callable[[], None], period: float) -> None:
+        super().__init__(name="tick", daemon=True)
+        self.job = job
+        self.period = period
+        self._stop_event = threading.Event()
+        self._changed = threading.Event()
+
+    def set_period(self, period: float) -> None:
+        self.period = period
+        self._changed.set()
+
+    def stop(self) -> None:
+        self._stop_event.set()
+        self._changed.set()
+
+    def run(self) -> None:
+        due = elapsed() + self.period
+        while not self._stop_event.is_set():
+            wait = due - elapsed()
+            if wait > 0:
+                self._changed.wait(wait)
+                if self._changed.is_set():
+                    self._changed.clear()
+                    if self._stop_event.is_set():
+                        return
+                    due = elapsed() + self.period  # a new period counts from now
+                    continue
+            self.job()
+            now = elapsed()
+            due += self.period
+            if due <= now:  # overran: skip to the next free slot
+                due = now + self.period - ((now - due) % self.period)
 
 
 class Daemon:
@@ -36,12 +84,14 @@ class Daemon:
     def __init__(self, pipeline: Any, *, interval: float, speed: float = 1.0,
                  stop_at: float | None = None,
                  reload: Callable[[], str] | None = None,
-                 sd: Notifier | None = None) -> None:
+                 sd: Notifier | None = None,
+                 maintain: Callable[[], None] | None = None) -> None:
         self.pipeline = pipeline
         self.interval = interval
         self.speed = speed
         self.stop_at = stop_at
         self._reload = reload
+        self._maintain = maintain  # called from the main loop every STATUS_EVERY_S
         self.sd = sd or Notifier()
         self.done = threading.Event()
         self._hup = threading.Event()
@@ -51,7 +101,8 @@ class Daemon:
         self._wake = threading.Event()
         self._last_tick_end = time.monotonic()
         self._tick_started: float | None = None
-        self._sched: Any = None
+        self._ticker: Ticker | None = None
+        self.reload_state: dict[str, Any] | None = None  # the last SIGHUP: at, ok, message
         self.on_ready: Callable[[], None] | None = None
 
     # --- signals ---------------------------------------------------------------------------
@@ -89,23 +140,14 @@ class Daemon:
         if self.stop_at is not None and self.pipeline.clock.now() >= self.stop_at:
             self.stop()
 
-    def _schedule(self, interval: float) -> None:
-        if self._sched.get_job("sample") is not None:
-            self._sched.remove_job("sample")
-        self._sched.add_job(self._job, "interval", seconds=interval / self.speed, id="sample")
-
     def run(self) -> int:
         """Tick until stopped; returns the exit code (0)."""
-        from apscheduler.schedulers.background import BackgroundScheduler
-
-        self._sched = BackgroundScheduler(job_defaults={
-            "coalesce": True, "max_instances": 1, "misfire_grace_time": None})
         self._job()  # the first tick now: READY=1 means sampling works
         if self.on_ready is not None:
             self.on_ready()
         self.sd.ready(self._status_line())
-        self._schedule(self.interval)
-        self._sched.start()
+        self._ticker = Ticker(self._job, self.interval / self.speed)
+        self._ticker.start()
         next_beat = time.monotonic() + HEARTBEAT_S
         next_ping = time.monotonic()
         next_status = time.monotonic()
@@ -124,7 +166,12 @@ class Daemon:
                     next_ping = mono + self.sd.watchdog_s
                 if mono >= next_status:
                     self.sd.status(self._status_line())
-                    next_status = mono + 10.0
+                    next_status = mono + STATUS_EVERY_S
+                    if self._maintain is not None:
+                        try:
+                            self._maintain()
+                        except Exception as e:  # noqa: BLE001 - upkeep must not stop the agent
+                            log.error("maintenance failed: %s: %s", type(e).__name__, e)
                 if mono >= next_beat:
                     log.info("heartbeat: %s", self._status_line())
                     next_beat = mono + HEARTBEAT_S
@@ -140,7 +187,8 @@ class Daemon:
                 self._wake.clear()
         finally:
             self.sd.stopping()
-            self._sched.shutdown(wait=True)
+            self._ticker.stop()
+            self._ticker.join()
         return 0
 
     def healthy(self, mono: float) -> bool:
@@ -159,16 +207,21 @@ class Daemon:
         self.sd.reloading()
         from watchdog.errors import WatchdogError
 
+        at = self.pipeline.clock.now()
         try:
             what = self._reload()
         except WatchdogError as e:
             log.error("reload failed, keeping the running config: %s", e)
+            self.reload_state = {"at": at, "ok": False, "message": str(e)}
         else:
             log.info("reloaded: %s", what)
+            self.reload_state = {"at": at, "ok": True, "message": what}
             new_interval = getattr(self.pipeline, "interval", self.interval)
             if new_interval != self.interval:
                 self.interval = new_interval
-                self._schedule(new_interval)
+                if self._ticker is not None:
+                    self._ticker.set_period(new_interval / self.speed)
+        self.pipeline.extra_status["reload"] = self.reload_state
         self.sd.send("READY=1", f"STATUS={self._status_line()}")
 
     def _status_line(self) -> str:

@@ -90,8 +90,9 @@ class PipelineCollector:
         yield inc
 
 
-def serve(pipeline: Any, host: str, port: int) -> tuple[Any, str | None]:
-    """Start the endpoint; returns ``(server or None, error or None)``; never raises."""
+def serve(pipeline: Any, host: str, port: int, quiet: bool = False) -> tuple[Any, str | None]:
+    """Start the endpoint; returns ``(server or None, error or None)``; never raises.
+    ``quiet``: a failure is only returned, not logged (the agent's retries)."""
     try:
         from prometheus_client import CollectorRegistry, start_http_server
 
@@ -100,7 +101,8 @@ def serve(pipeline: Any, host: str, port: int) -> tuple[Any, str | None]:
         server, _thread = start_http_server(port, addr=host, registry=registry)
     except Exception as e:  # noqa: BLE001 - a taken port is a finding, not a crash
         msg = f"metrics endpoint {host}:{port} not started: {type(e).__name__}: {e}"
-        log.error(msg)
+        if not quiet:
+            log.error(msg)
         return None, msg
     log.info("metrics on http://%s:%d/metrics", host, port)
     return server, None

@@ -34,6 +34,7 @@ def render(doc: dict[str, Any], now: float) -> str:
                  f"{duration(up)} · state {doc.get('state_dir')}")
     if doc.get("source_error"):
         lines.append(f"  GPUs not readable: {doc['source_error']}")
+    lines.extend(_agent_lines(doc))
     gpus = doc.get("gpus") or []
     lines.append(f"GPUs: {len(gpus)}" + "".join(
         f"\n  {g['index']}  {g.get('name') or '?'}  {g['uuid']}" for g in gpus))
@@ -71,6 +72,27 @@ def render(doc: dict[str, Any], now: float) -> str:
         lines.extend(_alerting_lines(doc["alerting"]))
     lines.append(f"status written {_t(doc.get('status_written_at'))}")
     return "\n".join(lines)
+
+
+def _agent_lines(doc: dict[str, Any]) -> list[str]:
+    """The agent's own state: where its database lives, the last reload, the clock."""
+    out = []
+    db = doc.get("state_db") or {}
+    if db.get("mode") == "memory":
+        out.append(f"  state: MEMORY ONLY ({db.get('reason')}); written to disk as soon as "
+                   "it can be")
+    rl = doc.get("reload")
+    if rl:
+        out.append(f"  last reload {_t(rl.get('at'))}: "
+                   f"{'ok' if rl.get('ok') else 'FAILED, running config kept'}: "
+                   f"{rl.get('message')}")
+    off = doc.get("clock_offset_s")
+    if off is not None and abs(off) >= 2.0:
+        out.append(f"  clock: the system clock is {duration(abs(off))} "
+                   f"{'ahead of' if off > 0 else 'behind'} the agent's (stepped since it "
+                   "started); timestamps follow the agent's until it restarts, sampling is "
+                   "unaffected")
+    return out
 
 
 def _model_line(md: dict[str, Any]) -> str:
