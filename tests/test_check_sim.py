@@ -5,6 +5,7 @@ its exit code and check; faults only a duration can reveal (stall, straggler) do
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 
@@ -88,3 +89,21 @@ def test_check_does_not_import_pandas_or_sklearn(argv):
     mods, doc = _imported(argv)
     assert doc["gpu_count"] == 8
     assert not mods & {"pandas", "sklearn", "matplotlib", "scipy"}
+
+
+def test_the_command_line_caps_math_library_threads_before_numpy_loads():
+    """On a many-core host OpenBLAS would start a thread per core when numpy loads: the
+    command line caps every math-library pool at one thread first (a value the user set
+    is kept), so a check on a 64-core node costs what it costs on a 2-core one."""
+    probe = ("import json, os, watchdog.cli, numpy, threadpoolctl; "
+             "print(json.dumps([os.environ.get('OPENBLAS_NUM_THREADS'), "
+             "[p['num_threads'] for p in threadpoolctl.threadpool_info()]]))")
+    env = {k: v for k, v in os.environ.items() if not k.endswith("_NUM_THREADS")}
+    out = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True,
+                         env=env, timeout=60, check=True).stdout
+    var, pools = json.loads(out)
+    assert var == "1" and pools and all(n == 1 for n in pools), (var, pools)
+    env["OPENBLAS_NUM_THREADS"] = "2"  # the user's own setting wins
+    out = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True,
+                         env=env, timeout=60, check=True).stdout
+    assert json.loads(out)[0] == "2"

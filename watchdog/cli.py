@@ -11,6 +11,7 @@ import argparse
 import importlib
 import sys
 
+import watchdog.threads  # noqa: F401 - first: caps math-library thread pools before numpy
 from watchdog import __version__
 from watchdog.commands import COMMANDS
 from watchdog.errors import WatchdogError

@@ -25,7 +25,6 @@ import argparse
 import getpass
 import json
 import os
-import sqlite3
 import sys
 import time
 from collections.abc import Iterable
@@ -132,6 +131,8 @@ def run(args: argparse.Namespace) -> int:
                 return 1
             print(f"silence {args.id} expired")
             return 0
+        import sqlite3
+
         try:
             rows = st.silences(conn, now, all_=args.all)
         except sqlite3.OperationalError:  # the agent never ran with alerting: no table
