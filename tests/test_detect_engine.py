@@ -365,13 +365,13 @@ def test_end_of_input_is_not_a_vanished_gpu() -> None:
 
 def test_large_frames_are_cut_at_ticks_without_changing_results(
         monkeypatch: pytest.MonkeyPatch) -> None:
-    from watchdog.detect import engine
+    from watchdog.detect import intake
 
     frame, xids = random_frame(4, n_gpus=3, n_ticks=80)
     whole = Detector(RULES, "h", devices(4))
     whole.feed_frame(frame, xids)
     want = summary_of(whole)
-    monkeypatch.setattr(engine, "MAX_BLOCK_ROWS", 7)
+    monkeypatch.setattr(intake, "MAX_BLOCK_ROWS", 7)
     cut = Detector(RULES, "h", devices(4))
     cut.feed_frame(frame, xids)
     assert summary_of(cut) == want

@@ -7,10 +7,11 @@ import pandas as pd
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from watchdog.detect.learned import PowerLevels
 from watchdog.detect.rows import by_gpu as _by_gpu
 from watchdog.detect.rows import factorize as _factorize
 from watchdog.detect.rows import ticks as _ticks
-from watchdog.detect.signals import Block, Learned
+from watchdog.detect.signals import Block
 from watchdog.model import DeviceInfo
 
 
@@ -56,7 +57,7 @@ def test_ticks_are_the_distinct_sample_times(per_gpu: list[list[int]], same: boo
     n = len(ts)
     b = Block(ts, np.ones(n), np.array([len(p) for p in parts]),
               [DeviceInfo(index=i, uuid=str(i)) for i in range(len(parts))], {},
-              np.zeros(n, bool), np.full(n, np.nan), np.zeros(n), Learned())
+              np.zeros(n, bool), np.full(n, np.nan), np.zeros(n), PowerLevels())
     assert _ticks(b).tolist() == np.unique(ts).tolist()
 
 

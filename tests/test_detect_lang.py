@@ -7,7 +7,8 @@ import pytest
 
 from watchdog.detect.evaluate import Evaluator
 from watchdog.detect.lang import Binary, Call, LangError, Name, Num, compile_expr, parse
-from watchdog.detect.signals import Block, Learned
+from watchdog.detect.learned import PowerLevels
+from watchdog.detect.signals import Block
 from watchdog.model import DeviceInfo
 
 
@@ -74,7 +75,7 @@ def _block(values: dict[str, list[float]], mask: list[float] | None = None) -> B
     d = np.r_[0.0, np.ones(n - 1)]
     dev = DeviceInfo(index=0, uuid="g", power_limit_enforced_w=700.0)
     return Block(ts, d, np.array([n]), [dev], metrics, np.zeros(n, bool),
-                 np.full(n, np.nan), np.zeros(n), Learned())
+                 np.full(n, np.nan), np.zeros(n), PowerLevels())
 
 
 def ev(src: str, blk: Block) -> list[float]:

@@ -6,8 +6,8 @@ import math
 
 import numpy as np
 
-from watchdog.detect.loader import Learned
-from watchdog.detect.state import EntityState, Learner, Machine
+from watchdog.detect.learned import LearnedWait, WaitLearner
+from watchdog.detect.state import EntityState, Machine
 
 
 def run(machine: Machine, cond: list[int], clear: list[int] | None = None,
@@ -68,7 +68,7 @@ def test_state_carries_across_blocks() -> None:
 
 
 def test_learned_for_uses_default_then_longest_legitimate_wait() -> None:
-    m = Machine(0.0, 0.0, Learned(default=10.0, min=4.0, margin=2.0))
+    m = Machine(0.0, 0.0, LearnedWait(default=10.0, min=4.0, margin=2.0))
     assert m.learner is not None and m.learner.effective() == 10.0
     # a 6 s episode that ends on its own: legitimate; for becomes 6 + 2 = 8 s
     assert run(m, [1] * 6 + [0]) == []
@@ -81,17 +81,17 @@ def test_learned_for_uses_default_then_longest_legitimate_wait() -> None:
 
 
 def test_learned_for_never_below_min() -> None:
-    lr = Learner(Learned(default=60.0, min=30.0, margin=5.0))
+    lr = WaitLearner(LearnedWait(default=60.0, min=30.0, margin=5.0))
     lr.record(2.0)
     assert lr.effective() == 30.0
     d = lr.to_dict()
-    other = Learner.from_dict(Learned(default=60.0, min=30.0, margin=5.0), d)
+    other = WaitLearner.from_dict(LearnedWait(default=60.0, min=30.0, margin=5.0), d)
     assert other.longest == 2.0 and other.episodes == 1 and other.effective() == 30.0
 
 
 def test_learning_is_in_time_order_across_entities() -> None:
     """GPU b's episode ends at 3 s, before GPU a's pending starts at 5 s: a must use it."""
-    m = Machine(0.0, 0.0, Learned(default=100.0, min=0.0, margin=1.0))
+    m = Machine(0.0, 0.0, LearnedWait(default=100.0, min=0.0, margin=1.0))
     ts = np.arange(12, dtype=float)
     a = np.array([0, 0, 0, 0, 0, 1, 1, 1, 1, 1, 1, 1], bool)
     b = np.array([1, 1, 1, 0, 0, 0, 0, 0, 0, 0, 0, 0], bool)

@@ -3,8 +3,9 @@
 Public API (the contract ``watchdog replay`` and the live agent build on)::
 
     from watchdog.detect import Detector, load_rules, RuleSet
+    from watchdog.pipeline.core import build_detector
     rules = load_rules()                 # shipped defaults (package watchdog.default_rules)
-    det = Detector(rules, host, devices)
+    det = build_detector(rules, host=host, devices=devices, mode="block")  # a Detector
     det.feed_frame(frame, xids)          # replay: a block of many ticks
     det.feed_tick(ts, samples)           # live: one reading of every GPU
     det.drain()                          # [("firing" | "resolved", Incident), ...]

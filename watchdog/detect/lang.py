@@ -13,7 +13,7 @@ import re
 from dataclasses import dataclass, field
 
 from watchdog import catalogue, units
-from watchdog.detect.signals import SIGNALS
+from watchdog.detect.signal_names import SIGNALS
 
 # function name -> (min args, max args or None, kind)
 #   kind: "window" (expr, duration) | "plain" (per-sample) | "node" (across GPUs)

@@ -18,6 +18,7 @@ from typing import Any
 import yaml
 
 from watchdog.detect.lang import LangError, Node, compile_expr, max_window
+from watchdog.detect.learned import LearnedWait, parse_learned_wait
 from watchdog.errors import InputError
 from watchdog.incident import KINDS, OWN_KINDS, SEVERITIES
 from watchdog.units import parse_duration
@@ -32,15 +33,6 @@ _LEARNED = re.compile(r"^learned\((.*)\)$", re.S)
 
 
 @dataclass(frozen=True)
-class Learned:
-    """``for: learned(default=…, min=…, margin=…)`` (seconds)."""
-
-    default: float
-    min: float
-    margin: float
-
-
-@dataclass(frozen=True)
 class Rule:
     """One validated rule. Durations in seconds; expressions compiled to ASTs."""
 
@@ -51,7 +43,7 @@ class Rule:
     condition: Node
     condition_src: str
     for_s: float
-    learned: Learned | None = None
+    learned: LearnedWait | None = None  # for: learned(...): for_s is its default
     clear: Node | None = None
     keep_firing_for: float = 0.0
     inhibited_by: tuple[str, ...] = ()
@@ -304,7 +296,7 @@ def _rule(node: yaml.Node, file: str) -> Rule:
     m = _LEARNED.match(for_text.strip())
     try:
         if m:
-            learned = _parse_learned(m.group(1))
+            learned = parse_learned_wait(m.group(1))
             for_s = learned.default
         else:
             for_s = parse_duration(for_text, what="for")
@@ -371,23 +363,6 @@ def _runbook(value: str, file: str, err: Any) -> str:
             return str(path)
     raise err("runbook", f"runbook {value!r}: no such file {(bases[0] / value).resolve()} "
               "(a path is relative to the rule file, or to the shipped rules)")
-
-
-def _parse_learned(args: str) -> Learned:
-    vals: dict[str, float] = {}
-    for part in args.split(","):
-        if not part.strip():
-            continue
-        if "=" not in part:
-            raise InputError(f"for: learned({args}): expected key=duration pairs")
-        k, v = (s.strip() for s in part.split("=", 1))
-        if k not in ("default", "min", "margin"):
-            raise InputError(f"for: learned(): unknown parameter {k!r} "
-                             "(expected default, min, margin)")
-        vals[k] = parse_duration(v, what=f"for: learned({k}=)")
-    if "default" not in vals:
-        raise InputError("for: learned(): default= is required")
-    return Learned(vals["default"], vals.get("min", 0.0), vals.get("margin", 0.0))
 
 
 def _check_template(summary: str, evidence: set[str], err: Any) -> None:

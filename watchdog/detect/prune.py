@@ -20,7 +20,7 @@ from collections.abc import Iterable
 
 from watchdog import catalogue
 from watchdog.detect.lang import Binary, Call, In, Name, Node, Num, Unary
-from watchdog.detect.signals import FLAG_SIGNALS
+from watchdog.detect.signal_names import FLAG_SIGNALS
 
 UNKNOWN = None  # a value that depends on data
 Value = float | None

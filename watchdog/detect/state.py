@@ -1,4 +1,4 @@
-"""Prometheus-style alert states and learned ``for:`` durations.
+"""Prometheus-style alert states, with learned ``for:`` durations (:mod:`learned`).
 
 For each rule and entity (a GPU, or the node for ``scope: node`` rules) the state goes
 ``inactive → pending`` (condition true) ``→ firing`` (held for ``for``) ``→ inactive``
@@ -23,45 +23,10 @@ from typing import Any
 
 import numpy as np
 
-from watchdog.detect.loader import Learned
+from watchdog.detect.learned import LearnedWait, WaitLearner
 
 INF = math.inf
 _PRIO = {"forget": 0, "resolve": 1, "fire": 2, "start": 3}
-
-
-@dataclass
-class Learner:
-    """Longest legitimate episode of a rule's condition on this node (s)."""
-
-    spec: Learned
-    longest: float | None = None
-    episodes: int = 0
-
-    def effective(self) -> float:
-        """The ``for`` to use now: ``max(min, longest + margin)``, or the default."""
-        if self.longest is None:
-            return self.spec.default
-        return max(self.spec.min, self.longest + self.spec.margin)
-
-    def record(self, duration: float) -> None:
-        self.episodes += 1
-        if self.longest is None or duration > self.longest:
-            self.longest = duration
-
-    def to_dict(self) -> dict[str, Any]:
-        return {"longest_s": self.longest, "episodes": self.episodes}
-
-    @classmethod
-    def from_dict(cls, spec: Learned, d: dict[str, Any]) -> Learner:
-        """Inverse of :meth:`to_dict` for a rule whose ``for:`` is ``spec``."""
-        out = cls(spec)
-        out.load(d)
-        return out
-
-    def load(self, d: dict[str, Any]) -> None:
-        lo = d.get("longest_s")
-        self.longest = None if lo is None else float(lo)
-        self.episodes = int(d.get("episodes", 0))
 
 
 @dataclass
@@ -106,10 +71,11 @@ ResolveFn = Callable[[str, float, EntityState], None]
 class Machine:
     """The alert states of one rule over all its entities."""
 
-    def __init__(self, for_s: float, keep_firing_for: float, learned: Learned | None) -> None:
+    def __init__(self, for_s: float, keep_firing_for: float,
+                 learned: LearnedWait | None) -> None:
         self.for_s = for_s
         self.keep = keep_firing_for
-        self.learner = Learner(learned) if learned else None
+        self.learner = WaitLearner(learned) if learned else None
         self.states: dict[str, EntityState] = {}
 
     def run(self, inputs: list[tuple[str, np.ndarray, np.ndarray, np.ndarray]],

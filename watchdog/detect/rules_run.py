@@ -1,0 +1,283 @@
+"""Running the rules over a block: conditions → inhibition → alert states → incidents.
+
+For each rule, in the rule set's order (every rule after those that inhibit it): the
+condition and clear test are evaluated vectorised over the block (:mod:`evaluate`), per
+GPU sample for ``scope: gpu`` rules or on the ticks × GPUs grid for ``scope: node``
+rules; times an inhibiting rule was pending or firing are masked out; the rule's state
+machines (:mod:`state`) turn that into incidents (:mod:`grouping`), reported to the
+:class:`~watchdog.detect.ledger.Ledger`. Everything carried from block to block (windows,
+alert states, how long each GPU's node condition has held) makes any split of the input
+give the same incidents (block == tick).
+
+Given which metrics will ever come, rules that cannot fire on them are left out and the
+tests that are constant on them folded away (:mod:`prune`): same incidents, less work.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+from typing import Any
+
+import numpy as np
+
+import watchdog.detect.rows as blockrows
+from watchdog.detect.evaluate import Evaluator, numeric, truth
+from watchdog.detect.grouping import add_members, make_incident, members, node_value
+from watchdog.detect.intake import Gpu
+from watchdog.detect.lang import Name, children
+from watchdog.detect.learned import WaitLearner, learn_windows
+from watchdog.detect.ledger import Ledger
+from watchdog.detect.loader import Rule, RuleSet
+from watchdog.detect.prune import never_true, simplify
+from watchdog.detect.signal_names import LEARNING_SIGNALS
+from watchdog.detect.signals import Block
+from watchdog.detect.state import EntityState, Machine
+from watchdog.incident import Incident
+
+NODE = "node"  # the entity key of a node rule's state
+
+
+class RuleRunner:
+    """The rules of one detector, their windows and alert states, block after block."""
+
+    def __init__(self, rules: RuleSet, host: str, max_gap: float,
+                 metrics: frozenset[str] | None, ledger: Ledger) -> None:
+        """``max_gap`` (s): see ``DetectorConfig``. ``metrics``: the only catalogue
+        metrics that will ever come (None: any; nothing is pruned)."""
+        self.rules = rules
+        self.host = host
+        self.ledger = ledger
+        self.pruned: set[str] = set() if metrics is None else {
+            r.name for r in rules if never_true(r.condition, metrics)}
+        live = [r for r in rules if r.name not in self.pruned]
+        # conditions and clears with the tests that are constant on these metrics folded
+        # away (their windows are then never declared); as written when metrics is None
+        self._cond = {r.name: r.condition if metrics is None
+                      else simplify(r.condition, metrics) for r in rules}
+        self._clear = {r.name: r.clear if metrics is None or r.clear is None
+                       else simplify(r.clear, metrics) for r in rules}
+        self._ev = Evaluator(max_gap)
+        for r in live:  # every window is known before the first block
+            for node in (self._cond[r.name], self._clear[r.name], *r.evidence.values()):
+                if node is not None:
+                    self._ev.declare(node)
+        for node in learn_windows():
+            self._ev.declare(node)
+        self.machines = {r.name: Machine(r.for_s, r.keep_firing_for, r.learned)
+                         for r in rules}
+        # gpu rules whose clear test may be left out of a block that cannot use it
+        self._lazy_clear = {r.name for r in rules if r.scope == "gpu"
+                            and r.clear is not None and not _learns(self._clear[r.name])}
+        # learned levels advance in every block, whether or not a rule's expression
+        # reached them (an and/or may skip its right side for a whole block)
+        self._learning = sorted({n for r in live for node in
+                                 (self._cond[r.name], self._clear[r.name],
+                                  *r.evidence.values())
+                                 if node is not None for n in _names(node)
+                                 if n in LEARNING_SIGNALS})
+        # node rules: since when each GPU's own condition has held (to join a firing node
+        # incident a GPU must hold it for the incident's `for:` too), carried across blocks
+        self._held_since: dict[str, dict[str, float]] = {r.name: {} for r in rules}
+        self._dropped = 0
+
+    def learners(self) -> dict[str, WaitLearner]:
+        """The learned ``for:`` of every rule that has one, by rule name."""
+        return {n: m.learner for n, m in self.machines.items() if m.learner}
+
+    def run(self, block: Block, gpus: Mapping[str, Gpu], dropped_samples: int) -> None:
+        """Every rule over ``block``; ``gpus`` are the known GPUs by UUID in (index, UUID)
+        order; ``dropped_samples`` so far go into the evidence of incidents that fire."""
+        self._dropped = dropped_samples
+        block.evaluator = self._ev
+        ticks = blockrows.ticks(block)
+        slots = [(uuid, g.slot) for uuid, g in gpus.items()]
+        active: dict[str, Any] = {}
+        for rule in self.rules:
+            if rule.name in self.pruned:  # cannot fire on these metrics: no incidents
+                continue
+            if rule.scope == "gpu":
+                active[rule.name] = self._run_gpu_rule(rule, block, gpus, active)
+            else:
+                active[rule.name] = self._run_node_rule(rule, ticks, slots, gpus, block,
+                                                        active)
+        for name in self._learning:
+            block.value(name)
+        self._ev.end_block(block)
+
+    def engaged_gpus(self) -> set[str]:
+        """UUIDs where any rule is pending or firing now."""
+        out: set[str] = set()
+        for name, machine in self.machines.items():
+            for key, st in machine.states.items():
+                if st.phase == "inactive":
+                    continue
+                if st.incident is not None:
+                    out.update(st.incident.uuids)
+                if key != NODE:
+                    out.add(key)
+                else:
+                    out.update(self._held_since.get(name, {}))
+        return out
+
+    # --- one rule -----------------------------------------------------------------------
+    def _inhibit_mask(self, rule: Rule, uuid: str, times: np.ndarray,
+                      active: dict[str, Any]) -> np.ndarray:
+        mask = np.zeros(len(times), bool)
+        for inh in self.rules.inhibitors(rule):
+            got = active.get(inh.name)
+            if got is None:
+                continue
+            if inh.scope == "gpu":
+                mask |= blockrows.covered(got.get(uuid, []), times)
+            else:
+                intervals, ticks, condm, gpus = got
+                if uuid not in gpus:
+                    continue
+                ti = np.clip(np.searchsorted(ticks, times), 0, len(ticks) - 1)
+                mask |= blockrows.covered(intervals, times) & condm[ti, gpus.index(uuid)]
+        return mask
+
+    def _extra(self, rule: Rule, st: EntityState) -> dict[str, Any]:
+        extra: dict[str, Any] = {"for_s": st.for_used}
+        m = self.machines[rule.name]
+        if m.learner is not None:
+            extra["learned_longest_s"] = m.learner.longest
+            extra["learned_episodes"] = m.learner.episodes
+        if self._dropped:
+            extra["dropped_samples"] = self._dropped
+        return extra
+
+    def _resolve(self, t: float, st: EntityState) -> None:
+        self.ledger.resolved(t, st.incident)
+
+    def _run_gpu_rule(self, rule: Rule, b: Block, gpus: Mapping[str, Gpu],
+                      active: dict[str, Any]) -> dict[str, list[tuple[float, float]]]:
+        ev = self._ev
+        cond_all = truth(ev.sample(self._cond[rule.name], b))
+        # the clear test is read only while an incident fires: with none firing as the
+        # block starts and the condition false throughout, none fires in it either
+        machine = self.machines[rule.name]
+        need_clear = rule.clear is not None and (
+            rule.name not in self._lazy_clear or bool(cond_all.any())
+            or any(st.phase == "firing" for st in machine.states.values()))
+        clr_all = truth(ev.sample(self._clear[rule.name], b)) if need_clear else None
+        evid: dict[str, np.ndarray] = {}  # computed when an incident fires in this block
+        inputs = []
+        for uuid, g in gpus.items():
+            lo, hi = int(b.offsets[g.slot]), int(b.offsets[g.slot + 1])
+            if hi == lo:
+                continue
+            ts = b.ts[lo:hi]
+            cond = cond_all[lo:hi]
+            if rule.inhibited_by and cond.any():  # (nothing to inhibit otherwise)
+                cond = cond & ~self._inhibit_mask(rule, uuid, ts, active)
+            clr = clr_all[lo:hi] if clr_all is not None else ~cond
+            inputs.append((uuid, ts, cond, clr))
+
+        def on_fire(uuid: str, i: int, st: EntityState) -> Incident:
+            g = gpus[uuid]
+            at = int(b.offsets[g.slot]) + i
+            if not evid:
+                evid.update({k: numeric(ev.sample(n, b)) for k, n in rule.evidence.items()})
+            vals = {k: float(a[at]) for k, a in evid.items()}
+            return self.ledger.fired(make_incident(rule, self.host, [(g.index, uuid)],
+                                                   st.since, float(b.ts[at]), vals,
+                                                   self._extra(rule, st)))
+
+        return machine.run(inputs, on_fire, lambda _k, t, st: self._resolve(t, st))
+
+    def _run_node_rule(self, rule: Rule, ticks: np.ndarray, slots: list[tuple[str, int]],
+                       gpus: Mapping[str, Gpu], b: Block, active: dict[str, Any]) -> tuple:
+        ev = self._ev
+        cache = b.grid_cache  # shared by the node rules of the block (same ticks, GPUs)
+        condm = truth(ev.grid(self._cond[rule.name], ticks, slots, b, cache))
+        if rule.inhibited_by:
+            condm = condm.copy()  # the grid cache may hold this very array
+            for j, (uuid, _slot) in enumerate(slots):
+                condm[:, j] &= ~self._inhibit_mask(rule, uuid, ticks, active)
+        cond = condm.any(axis=1)
+        if rule.clear is not None:
+            cm = truth(ev.grid(self._clear[rule.name], ticks, slots, b, cache))
+            present = ev.present(ticks, slots, b, cache)
+            clr = (cm | ~present).all(axis=1) & present.any(axis=1)
+        else:
+            clr = ~cond
+        evid = {k: numeric(ev.grid(n, ticks, slots, b, cache))
+                for k, n in rule.evidence.items()}
+
+        uuids = [u for u, _ in slots]
+        machine = self.machines[rule.name]
+        carried = machine.states.get(NODE)
+        firing = [carried.incident] if carried is not None and carried.phase == "firing" else []
+
+        def on_fire(_key: str, i: int, st: EntityState) -> Incident:
+            row = condm[i]
+            vals = {k: node_value(a[i], row) for k, a in evid.items()}
+            who = [(gpus[u].index, u) for u in members(row, uuids)]
+            inc = self.ledger.fired(make_incident(rule, self.host, who, st.since,
+                                                  float(ticks[i]), vals, self._extra(rule, st)))
+            firing.append(inc)
+            return inc
+
+        out = machine.run([(NODE, ticks, cond, clr)], on_fire,
+                          lambda _k, t, st: self._resolve(t, st))
+        held_for = self._held_durations(rule.name, ticks, condm, uuids, full=bool(firing))
+        for inc in firing:  # GPUs that join while it fires are listed too (one event) once
+            # their own condition has held as long as the incident's `for:` (a rank 0 that
+            # dips for one checkpoint does not join a straggler incident)
+            end = math.inf if inc.resolved_at is None else inc.resolved_at
+            during = (ticks >= (inc.fired_at or 0.0)) & (ticks < end)
+            need = float(inc.evidence.get("for_s") or 0.0)
+            joined = members((condm & (held_for >= need))[during].any(axis=0), uuids)
+            add_members(inc, [(gpus[u].index, u) for u in joined])
+        return (out[NODE], ticks, condm, uuids)
+
+    def _held_durations(self, name: str, ticks: np.ndarray, condm: np.ndarray,
+                        uuids: list[str], full: bool = True) -> np.ndarray:
+        """Seconds each GPU's condition has held at each tick (0 where it does not hold).
+
+        ``condm`` is ticks x GPUs; the start of a run still holding at the end of the block
+        is carried to the next block, so any split of the input gives the same numbers.
+        Without ``full`` (no incident fires in the block) only that carry is updated (from
+        the last tick's row, no ticks x GPUs arithmetic) and an empty matrix returned.
+        """
+        since = self._held_since[name]
+        n, k = len(ticks), len(uuids)
+        if n == 0 or k == 0:
+            return np.zeros(condm.shape, dtype=np.float64)
+        before = np.array([since.get(u, ticks[0]) for u in uuids], dtype=np.float64)
+        if full:
+            idx = np.arange(n)[:, None]
+            last_false = np.maximum.accumulate(np.where(condm, -1, idx), axis=0)
+            first = ticks[np.minimum(last_false + 1, n - 1)]
+            start = np.where(last_false >= 0, first, before[None, :])
+            out = np.where(condm, ticks[:, None] - start, 0.0)
+            end_start = start[-1]
+        else:
+            out = np.zeros((0, k), dtype=np.float64)
+            off = ~condm
+            any_off = off.any(axis=0)
+            last_off = np.where(any_off, n - 1 - np.argmax(off[::-1], axis=0), -1)
+            end_start = np.where(last_off >= 0, ticks[np.minimum(last_off + 1, n - 1)], before)
+        for j, u in enumerate(uuids):
+            if condm[-1, j]:
+                since[u] = float(end_start[j])
+            else:
+                since.pop(u, None)
+        return out
+
+
+def _learns(node: Any) -> bool:
+    """Whether the expression names a signal that advances learned state."""
+    if isinstance(node, Name) and node.name in LEARNING_SIGNALS:
+        return True
+    return any(_learns(c) for c in children(node))
+
+
+def _names(node: Any) -> set[str]:
+    """Every metric or signal name in an expression."""
+    out = {node.name} if isinstance(node, Name) else set()
+    for c in children(node):
+        out |= _names(c)
+    return out
