@@ -10,7 +10,7 @@ import pytest
 from watchdog.errors import InputError
 from watchdog.model import DeviceInfo, ProcessInfo, Sample, XidEvent
 from watchdog.sources.replay import open_log
-from watchdog.sources.replay.recording import RecordingWriter
+from watchdog.sources.replay.recording_writer import RecordingWriter
 
 DEVICES = [
     DeviceInfo(index=0, uuid="GPU-aaaa", name="NVIDIA H100 80GB HBM3", pci_bus_id="0000:18:00.0",

@@ -17,7 +17,7 @@ import pytest
 
 from watchdog import reasons
 from watchdog.errors import InputError
-from watchdog.sources.replay import open_log, smi_csv
+from watchdog.sources.replay import open_log, smi_columns
 
 HEADER = ("timestamp, index, uuid, utilization.gpu [%], memory.used [MiB], "
           "memory.total [MiB], power.draw [W]")
@@ -130,7 +130,7 @@ def test_header_only_log_exits_2(tmp_path: Path) -> None:
 
 
 def test_one_clock_event_table() -> None:
-    assert smi_csv.REASON_BITS is reasons.SMI_COLUMNS
+    assert smi_columns.REASON_BITS is reasons.SMI_COLUMNS
     assert set(reasons.SMI_COLUMNS.values()) == set(reasons.REASONS)
     assert reasons.parse_mask("0x0000000000000048") == 0x48
     assert reasons.parse_mask(" 4 ") == 4
@@ -199,7 +199,7 @@ def test_memory_used_above_total_is_not_used(tmp_path: Path) -> None:
 
 def test_recording_without_samples_is_an_error(tmp_path: Path) -> None:
     from watchdog.model import DeviceInfo
-    from watchdog.sources.replay.recording import RecordingWriter
+    from watchdog.sources.replay.recording_writer import RecordingWriter
 
     out = tmp_path / "empty.wdrec"
     with RecordingWriter(out, host="n1", devices=[DeviceInfo(index=0, uuid="GPU-0")],

@@ -32,7 +32,7 @@ from watchdog import catalogue
 from watchdog.errors import InputError
 from watchdog.sources.replay import convert
 from watchdog.sources.replay.frame import Recording, build, standin_uuid
-from watchdog.sources.replay.smi_csv import MAX_COLUMNS
+from watchdog.sources.replay.smi_layout import MAX_COLUMNS
 
 COLUMNS: dict[str, tuple[str, float]] = {  # dmon name -> (catalogue name, scale)
     "pwr": ("power.draw", 1.0), "gtemp": ("temperature.gpu", 1.0),

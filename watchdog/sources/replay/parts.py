@@ -10,8 +10,8 @@ The parts are cut at line ends up front; when the lines start with nvidia-smi's
 fixed-width timestamp a part also ends on a tick (its last time's rows are all in it:
 compared as bytes), and those timestamps are read straight from the bytes
 (:mod:`.fixedtime`). Each part is converted by the same code as a whole log
-(:func:`.smi_csv._convert`). Only a log whose parts can be used exactly as they are is
-read this way; the first part that cannot raises :class:`NotInParts` and the caller reads
+(:func:`.smi_columns.to_recording`). Only a log whose parts can be used exactly as they are
+is read this way; the first part that cannot raises :class:`NotInParts` and the caller reads
 the whole log the usual way, which sorts, names the line of any error, and so on. A part
 cannot be used when its rows are out of (time, index) order or do not follow the
 previous part's, when it holds a GPU the first part did not list, when a row is short,
@@ -34,7 +34,7 @@ from concurrent.futures import ThreadPoolExecutor
 import pandas as pd
 
 from watchdog.errors import InputError
-from watchdog.sources.replay import fixedtime, smi_csv
+from watchdog.sources.replay import fixedtime, smi_columns, smi_layout
 from watchdog.sources.replay.blob import Blob
 from watchdog.sources.replay.frame import SNAP_S, OutOfOrder, Recording
 
@@ -94,7 +94,7 @@ class Parts:
         self.path = path
         self.host = host
         self.tz = tz
-        self.prep = smi_csv.prepare(path, blob, None)
+        self.prep = smi_layout.prepare(path, blob, None)
         prep = self.prep
         if not prep.has_header or '"' in prep.first_line:
             raise NotInParts("no plain header line")
@@ -115,7 +115,7 @@ class Parts:
             raise NotInParts("no data lines")
         # nvidia-smi's fixed-width timestamps first on the line: read from the bytes
         self.ts_width = (fixedtime.width_of(self._map[body:body + 64])
-                         if smi_csv._base(self.columns[0]) == "timestamp"
+                         if smi_layout.base_name(self.columns[0]) == "timestamp"
                          and tz in (None, "UTC") else None)
         if self.ts_width is not None:
             self.dtypes.pop(0, None)
@@ -218,8 +218,9 @@ class Parts:
             return prep.where(prep.lines.rows_before(a) + row)
 
         try:
-            return smi_csv._convert(self.path, raw, mapping={}, host=self.host, tz=self.tz,
-                                    fmt="smi_csv", where=where, warnings=[], part=True)
+            return smi_columns.to_recording(self.path, raw, mapping={}, host=self.host,
+                                            tz=self.tz, fmt="smi_csv", where=where,
+                                            warnings=[], part=True)
         except (InputError, OutOfOrder) as e:  # the whole-file read names it properly
             raise NotInParts(str(e)) from None
 

@@ -1,4 +1,4 @@
-"""The project's own recording format (``.wdrec``): writer and reader.
+"""The project's own recording format (``.wdrec``): its layout, bounds and reader.
 
 Layout (documented for users in ``docs/recording-format.md``)::
 
@@ -6,178 +6,34 @@ Layout (documented for users in ``docs/recording-format.md``)::
 
 Record kinds: ``M`` manifest (JSON: format, version, host, source, devices), ``D`` device
 inventory update (JSON), ``C`` a chunk of samples (an ``np.savez_compressed`` archive of
-columns, see :func:`_chunk_arrays`), ``E`` end (JSON summary). Records are appended and
-fsync'ed one chunk at a time, so a long live recording holds at most one chunk in memory
-and a crash loses at most the chunk being written: the reader stops at the first record
-whose length or CRC does not check out and warns (a file without ``E`` was not closed).
+columns, see :func:`.recording_writer._chunk_arrays`), ``E`` end (JSON summary). The
+writer (:class:`.recording_writer.RecordingWriter`) appends and fsyncs records one chunk
+at a time, so a crash loses at most the chunk being written: the reader stops at the
+first record whose length or CRC does not check out and warns (a file without ``E`` was
+not closed).
 """
 
 from __future__ import annotations
 
 import dataclasses
-import io
 import json
 import math
-import os
 import struct
 import zlib
-from collections.abc import Iterable
-from typing import Any, BinaryIO
+from typing import Any
 
 import numpy as np
 import pandas as pd
 
 from watchdog.errors import InputError
-from watchdog.model import DeviceInfo, ProcessInfo, Sample, XidEvent
+from watchdog.model import DeviceInfo, ProcessInfo, XidEvent
 from watchdog.sources.replay.frame import Key, Recording
 from watchdog.sources.replay.sniff import MAGIC
 
 FORMAT = "nvml-watchdog-recording"
 VERSION = 1
-_HDR = struct.Struct("<cQ")
-_CRC = struct.Struct("<I")
-
-
-class RecordingWriter:
-    """Append samples to a ``.wdrec`` file chunk by chunk.
-
-    ``chunk_rows`` bounds memory (samples buffered before a chunk is written; at most
-    :data:`MAX_CHUNK_ROWS`, the most a reader accepts in one chunk). Use as a
-    context manager, or call :meth:`close`; a writer never closed leaves a file the reader
-    still loads (with a warning).
-    """
-
-    def __init__(self, path: str | os.PathLike[str], *, host: str, devices: list[DeviceInfo],
-                 source: str = "", chunk_rows: int = 4096) -> None:
-        self.path = os.fspath(path)
-        self.chunk_rows = max(1, min(chunk_rows, MAX_CHUNK_ROWS))  # what a reader accepts
-        self._buf: list[Sample] = []
-        self.rows = 0
-        self.first_ts: float | None = None
-        self.last_ts: float | None = None
-        try:
-            self._f: BinaryIO = open(self.path, "wb")  # noqa: SIM115 - closed in close()
-        except OSError as e:
-            raise InputError(f"{self.path}: cannot write: {e.strerror or e}") from None
-        self._f.write(MAGIC)
-        manifest = {"format": FORMAT, "version": VERSION, "host": host, "source": source,
-                    "devices": [d.to_dict() for d in devices]}
-        self._record(b"M", json.dumps(manifest).encode())
-
-    def _record(self, kind: bytes, payload: bytes) -> None:
-        self._f.write(_HDR.pack(kind, len(payload)))
-        self._f.write(payload)
-        self._f.write(_CRC.pack(zlib.crc32(payload)))
-        self._f.flush()
-        os.fsync(self._f.fileno())
-
-    def set_devices(self, devices: list[DeviceInfo]) -> None:
-        """Record a changed inventory (a GPU vanished or came back)."""
-        self.flush()
-        self._record(b"D", json.dumps([d.to_dict() for d in devices]).encode())
-
-    def write(self, samples: Iterable[Sample]) -> None:
-        """Buffer samples; a chunk is written every ``chunk_rows`` samples."""
-        for s in samples:
-            self._buf.append(s)
-            if len(self._buf) >= self.chunk_rows:
-                self.flush()
-
-    def flush(self) -> None:
-        """Write the buffered samples as one chunk (no-op when empty)."""
-        if not self._buf:
-            return
-        arrays = _chunk_arrays(self._buf)
-        self._write_arrays(arrays)
-        self._buf = []
-
-    def write_recording(self, rec: Recording) -> None:
-        """Append a whole :class:`Recording` (a converted log) column-wise, chunk by chunk."""
-        self.flush()
-        f = rec.frame
-        step = max(self.chunk_rows, 65536)
-        for a in range(0, len(f), step):
-            part = f.iloc[a:a + step]
-            uuids, codes = np.unique(part["uuid"].to_numpy(dtype=str), return_inverse=True)
-            arrays: dict[str, np.ndarray] = {
-                "ts": part["ts"].to_numpy(np.float64), "index": part["index"].to_numpy(np.int64),
-                "uuid_code": codes.astype(np.int32), "uuids": uuids.astype(str),
-                "lost": part["lost"].to_numpy(bool)}
-            for m in rec.metrics:
-                arrays[f"v__{m}"] = part[m].to_numpy(np.float64)
-                ab = rec.absent.get(m)
-                if ab is not None and ab[a:a + step].any():
-                    arrays[f"k__{m}"] = ~ab[a:a + step]
-            meta: dict[str, Any] = {"errors": [], "processes": [], "xids": []}
-            ts_list = arrays["ts"].tolist()
-            uu = part["uuid"].tolist()
-            for r, key in enumerate(zip(ts_list, uu, strict=True)):
-                if key in rec.errors:
-                    meta["errors"].append([r, list(rec.errors[key])])
-                if key in rec.processes:
-                    meta["processes"].append([r, [p.to_dict() for p in rec.processes[key]]])
-                for x in rec.sample_xids.get(key, ()):
-                    meta["xids"].append([r, x.to_dict()])
-            arrays["meta"] = np.frombuffer(json.dumps(meta).encode(), dtype=np.uint8)
-            self._write_arrays(arrays)
-
-    def _write_arrays(self, arrays: dict[str, np.ndarray]) -> None:
-        bio = io.BytesIO()
-        np.savez_compressed(bio, **arrays)  # type: ignore[arg-type]
-        self._record(b"C", bio.getvalue())
-        ts = arrays["ts"]
-        if len(ts):
-            self.rows += len(ts)
-            lo, hi = float(np.min(ts)), float(np.max(ts))
-            self.first_ts = lo if self.first_ts is None else min(self.first_ts, lo)
-            self.last_ts = hi if self.last_ts is None else max(self.last_ts, hi)
-
-    def close(self) -> None:
-        """Write the last chunk and the end record; idempotent."""
-        if self._f.closed:
-            return
-        self.flush()
-        self._record(b"E", json.dumps({"rows": self.rows, "first_ts": self.first_ts,
-                                       "last_ts": self.last_ts}).encode())
-        self._f.close()
-
-    def __enter__(self) -> RecordingWriter:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.close()
-
-
-def _chunk_arrays(samples: list[Sample]) -> dict[str, np.ndarray]:
-    """Columns of one chunk: ``ts``, ``index``, ``uuid_code`` + ``uuids``, ``lost``,
-    ``v__<metric>`` (float64, NaN for None), ``k__<metric>`` (bool, only when some sample
-    lacks the key), and ``meta`` (JSON bytes: sparse errors, processes, XIDs by row)."""
-    n = len(samples)
-    uuids = sorted({s.uuid for s in samples})
-    code = {u: i for i, u in enumerate(uuids)}
-    names = sorted({k for s in samples for k in s.values})
-    arrays: dict[str, np.ndarray] = {
-        "ts": np.fromiter((s.ts for s in samples), np.float64, n),
-        "index": np.fromiter((s.index for s in samples), np.int64, n),
-        "uuid_code": np.fromiter((code[s.uuid] for s in samples), np.int32, n),
-        "uuids": np.array(uuids, dtype=str),
-        "lost": np.fromiter((s.lost for s in samples), bool, n),
-    }
-    for m in names:
-        vals = [s.values.get(m) for s in samples]
-        arrays[f"v__{m}"] = np.array([math.nan if v is None else v for v in vals], np.float64)
-        has = np.fromiter((m in s.values for s in samples), bool, n)
-        if not has.all():
-            arrays[f"k__{m}"] = has
-    meta: dict[str, Any] = {
-        "errors": [[r, list(s.errors)] for r, s in enumerate(samples) if s.errors],
-        "processes": [[r, [p.to_dict() for p in s.processes]]
-                      for r, s in enumerate(samples) if s.processes is not None],
-        "xids": [[r, x.to_dict()] for r, s in enumerate(samples) for x in s.xids],
-    }
-    arrays["meta"] = np.frombuffer(json.dumps(meta).encode(), dtype=np.uint8)
-    return arrays
-
+RECORD_HDR = struct.Struct("<cQ")  # kind, payload length
+RECORD_CRC = struct.Struct("<I")  # crc32 of the payload
 
 # --- reading: every structure checked, every decompression bounded ----------------------
 #: The most bytes one JSON record (manifest, inventory, end) or a chunk's ``meta`` may have.
@@ -207,25 +63,25 @@ def _records(path: str, data: Any, warnings: list[str]) -> list[tuple[bytes, byt
     pos = len(MAGIC)
     ended = False
     while pos < len(data):
-        if pos + _HDR.size > len(data):
+        if pos + RECORD_HDR.size > len(data):
             warnings.append(f"{path}: truncated record at byte {pos} dropped")
             break
-        kind, length = _HDR.unpack_from(data, pos)
-        end = pos + _HDR.size + length
-        if kind not in b"MDCE" or end + _CRC.size > len(data):
+        kind, length = RECORD_HDR.unpack_from(data, pos)
+        end = pos + RECORD_HDR.size + length
+        if kind not in b"MDCE" or end + RECORD_CRC.size > len(data):
             warnings.append(f"{path}: truncated or damaged record at byte {pos} dropped "
                             "(recording interrupted?)")
             break
         if kind != b"C" and length > MAX_JSON:
             raise InputError(f"{path}: record at byte {pos} declares {length} bytes of JSON "
                              f"(at most {MAX_JSON >> 20} MiB): damaged file")
-        payload = bytes(data[pos + _HDR.size:end])
-        (crc,) = _CRC.unpack_from(data, end)
+        payload = bytes(data[pos + RECORD_HDR.size:end])
+        (crc,) = RECORD_CRC.unpack_from(data, end)
         if crc != zlib.crc32(payload):
             warnings.append(f"{path}: record at byte {pos} fails its checksum; rest dropped")
             break
         out.append((kind, payload))
-        pos = end + _CRC.size
+        pos = end + RECORD_CRC.size
         if kind == b"E":
             ended = True
             break

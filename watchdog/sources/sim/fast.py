@@ -7,7 +7,7 @@ pure function of ``(seed, gpu, t)`` except for its temperature, energy and limit
 counters, so this module computes a whole block of ticks with numpy: the job's phase
 per tick, every GPU's state per tick, the counters as cumulative sums, and only the
 first-order thermal recurrence as a loop. The result is the frame
-:func:`watchdog.pipeline.replay.simulate_chunks` builds from the scalar path, equal
+:func:`watchdog.sources.sim.frames.simulate_chunks` builds from the scalar path, equal
 value for value (``tests/test_sim_fast.py`` compares them over hours of both GPU
 models; the expressions below follow ``job.py``, ``node.py`` and ``source.py`` term
 for term, in the same order, so the floating point agrees).

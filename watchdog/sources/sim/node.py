@@ -22,7 +22,7 @@ import math
 
 from watchdog import reasons as R
 from watchdog.sources.sim import noise
-from watchdog.sources.sim.faults import Fault
+from watchdog.sources.sim.faults_base import Fault
 from watchdog.sources.sim.job import GpuState, TrainingJob
 
 DT = 1.0  # grid step, s
