@@ -197,13 +197,18 @@ class TestClockEvents:
         assert checks(verdict(half)) == {"hw_slowdown": Status.CRITICAL}
 
 class TestPcie:
+    """Judged by rules/pcie.yaml over the burst (its `for:` rides out a retraining blip
+    in the daemon; a condition holding through the whole burst is a finding here)."""
+
     def test_narrow_link_is_a_warning(self):
         v = verdict(burst({**BUSY, "pcie.link.width.current": 8.0}))
-        assert checks(v) == {"pcie": Status.WARNING} and "x8 of x16" in v.problems[0].message
+        assert checks(v) == {"pcie_degraded": Status.WARNING}
+        assert "x8 gen5" in v.problems[0].message
 
     def test_slow_generation_while_busy_is_a_warning(self):
         v = verdict(burst({**BUSY, "pcie.link.gen.current": 3.0}))
-        assert checks(v) == {"pcie": Status.WARNING} and "gen 3 of gen 5" in v.problems[0].message
+        assert checks(v) == {"pcie_degraded": Status.WARNING}
+        assert "x16 gen3" in v.problems[0].message
 
     def test_slow_generation_at_idle_is_normal(self):
         assert verdict(burst({**IDLE, "pcie.link.gen.current": 1.0})).problems == []
@@ -215,32 +220,35 @@ class TestPcie:
 
 
 class TestLinkErrors:
-    def test_pcie_replays_above_the_spec_rate_are_a_warning(self):
-        """Gen 5 x16 allows 1.92 x 16 = 30.7 replays/min; 45 in 1.5 s is far beyond."""
+    """PCIe replays and NVLink errors: the thresholds of rules/pcie.yaml and
+    rules/nvlink.yaml, the same in the probe as in the daemon."""
+
+    def test_ten_pcie_replays_are_a_warning_nine_are_not(self):
         s = burst(BUSY, per_reading=[{"pcie.replay_counter": 100.0 + 15 * k} for k in range(4)])
         v = verdict(s)
-        assert checks(v) == {"pcie": Status.WARNING}
-        assert "45 PCIe replays in 1.5 s (link allows 30.7/min)" in v.problems[0].message
-        few = burst(BUSY, per_reading=[{"pcie.replay_counter": 100.0 + 5 * k} for k in range(4)])
-        assert verdict(few).problems == []
+        assert checks(v) == {"pcie_degraded": Status.WARNING}
+        assert "replays in 2 min" in v.problems[0].message
+        ten = burst(BUSY, per_reading=[{"pcie.replay_counter": 100.0 + 10 * (k == 3)}
+                                       for k in range(4)])
+        assert checks(verdict(ten)) == {"pcie_degraded": Status.WARNING}
+        nine = burst(BUSY, per_reading=[{"pcie.replay_counter": 100.0 + 9 * (k == 3)}
+                                        for k in range(4)])
+        assert verdict(nine).problems == []
 
-    def test_pcie_replays_within_the_spec_rate_and_counter_resets_are_normal(self):
-        ok = burst(BUSY, per_reading=[{"pcie.replay_counter": 1000.0 + (k == 3)}
-                                      for k in range(4)])
-        assert verdict(ok).problems == []
+    def test_a_replay_counter_reset_is_normal(self):
         reset = burst(BUSY, per_reading=[{"pcie.replay_counter": 9e6 if k < 2 else 0.0}
                                          for k in range(4)])
         assert verdict(reset).problems == []
 
-    def test_nvlink_error_growth_is_a_warning_as_in_the_rule(self):
+    def test_nvlink_errors_past_the_rules_thresholds_are_a_warning(self):
         rec = burst(BUSY, per_reading=[{"nvlink.errors.recovery": float(k > 1)}
                                        for k in range(4)])
-        assert checks(verdict(rec)) == {"nvlink": Status.WARNING}
-        crc = burst(BUSY, per_reading=[{"nvlink.errors.crc_flit": 10.0 + k} for k in range(4)])
-        assert checks(verdict(crc)) == {"nvlink": Status.WARNING}
+        assert checks(verdict(rec)) == {"nvlink_errors": Status.WARNING}
         storm = burst(BUSY, per_reading=[{"nvlink.errors.crc_data": 500.0 * k}
                                          for k in range(4)])
-        assert checks(verdict(storm)) == {"nvlink": Status.WARNING}
+        assert checks(verdict(storm)) == {"nvlink_errors": Status.WARNING}
+        few = burst(BUSY, per_reading=[{"nvlink.errors.crc_flit": 10.0 + k} for k in range(4)])
+        assert verdict(few).problems == []  # 3 CRC errors: the rule pages over 100
 
     def test_steady_nvlink_counters_are_normal(self):
         assert verdict(burst({**BUSY, "nvlink.errors.replay": 42.0,

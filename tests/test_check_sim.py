@@ -31,7 +31,7 @@ def check(capsys, *argv: str) -> tuple[int, dict]:
     ("sim:xid", 1, "xid"),
     ("sim:xid(code=79)", 2, "xid"),
     ("sim:ecc", 2, "ecc"),
-    ("sim:pcie_degraded", 1, "pcie"),
+    ("sim:pcie_degraded", 1, "pcie_degraded"),
     ("sim:stall", 0, None),  # looks like a checkpoint pause in a burst: `watchdog run`
     ("sim:straggler", 0, None),  # 2-minute means against peers: not in a burst
 ])

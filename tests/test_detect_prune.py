@@ -51,11 +51,11 @@ def test_shipped_rules_pruned_on_a_plain_nvidia_smi_log() -> None:
              "clocks.mem", "pstate", "clocks_event_reasons.active"]
     det = Detector(SHIPPED, "h", devices(2), metrics=plain)
     # a log has no agent-side NVML error count: nvml_calls_failing cannot fire on it
-    assert det._pruned == {"pcie_degraded", "nvlink_errors", "ecc_uncorrectable",
+    assert det._pruned == {"pcie_degraded", "nvlink_errors", "ecc_uncorrectable", "ecc_worn_out",
                            "xid_critical", "xid_application", "xid_other", "nvml_calls_failing"}
     with_xids = Detector(SHIPPED, "h", devices(2), metrics=[*plain, "xid"])
     assert with_xids._pruned == {"pcie_degraded", "nvlink_errors", "ecc_uncorrectable",
-                                 "nvml_calls_failing"}
+                                 "ecc_worn_out", "nvml_calls_failing"}
     assert not Detector(SHIPPED, "h", devices(2))._pruned  # live: nothing is pruned
 
 

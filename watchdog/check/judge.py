@@ -24,122 +24,35 @@ Decisions (and why):
   only ever a WARNING here: a burst of a few seconds cannot tell a hung collective from
   ranks legitimately waiting while rank 0 writes a checkpoint.
 * The checks below are the ones a burst of rules cannot express: the GPU count, NVML
-  errors, a lost GPU, XIDs by code, error counters since the driver loaded, PCIe replays
-  against the spec's rate. Their severities match the rule of the same kind (an
-  uncorrectable error or a pending remap is CRITICAL as in ``rules/ecc.yaml``; NVLink errors
-  are a WARNING as in ``rules/nvlink.yaml``; XID classes as in ``rules/xid.yaml``).
+  errors, a lost GPU, XIDs by code, and uncorrectable ECC errors since the driver loaded.
+  They carry no thresholds of their own; their severities match the rule of the same kind
+  (an uncorrectable error is CRITICAL as in ``rules/ecc.yaml``; XID classes as in
+  ``rules/xid.yaml``).
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
-from enum import IntEnum
+from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING
 
 from watchdog.check import xid as xids
+from watchdog.check.verdict import (  # noqa: F401 - the verdict's types, where callers look
+    RANK,
+    GpuVerdict,
+    Problem,
+    Status,
+    Verdict,
+    worst,
+)
 from watchdog.model import DeviceInfo, Sample
 
 if TYPE_CHECKING:
     from watchdog.detect.loader import RuleSet
 
 
-class Status(IntEnum):
-    """Nagios status; the value is the exit code."""
-
-    OK = 0
-    WARNING = 1
-    CRITICAL = 2
-    UNKNOWN = 3
-
-
-# Aggregation order, least to most severe (not the exit-code order: UNKNOWN is 3 there).
-RANK = {Status.OK: 0, Status.UNKNOWN: 1, Status.WARNING: 2, Status.CRITICAL: 3}
-
-
-def worst(statuses: Iterable[Status]) -> Status:
-    """The most severe status (CRITICAL > WARNING > UNKNOWN > OK); OK for none."""
-    return max(statuses, key=RANK.__getitem__, default=Status.OK)
-
-
-# --- thresholds (each with its reason) ------------------------------------------------------
-
-PCIE_BUSY_UTIL = 50.0
-"""% utilization the GPU must hold for the whole burst before a PCIe generation below the
-maximum counts: the link drops to gen 1 at idle by design."""
-
-RETIRED_PAGES_MAX = 63
-"""DCGM fails a GPU at 63 or more retired pages (the retirement table is nearly full)."""
-
-REMAPPED_UNCORRECTABLE_MAX = 512
-"""DCGM warns at 512 or more rows remapped for uncorrectable errors."""
-
-PCIE_BER = 1e-12
-"""Bit error rate the PCIe spec allows; DCGM's expected replay rate per lane is
-BER x transfer rate x 60 s (gen 1: 0.15, gen 5: 1.92 replays/min/lane)."""
-
-PCIE_GT_PER_S = {1: 2.5, 2: 5.0, 3: 8.0, 4: 16.0, 5: 32.0, 6: 64.0}
-"""Transfer rate (GT/s per lane) of each PCIe generation."""
-
 _TIMEOUT_WORDS = ("timed out", "timeout", "deadline", "did not return within", "wedged",
                   "still outstanding")
 
-
-@dataclass(frozen=True, slots=True)
-class Problem:
-    """One finding. ``gpu``/``uuid`` are None for a node-level problem (GPU count)."""
-
-    severity: Status
-    check: str  # gpu_count | gpu_lost | nvml_timeout | nvml_error | xid | ecc | clock_events
-    #            | pcie | nvlink | memory | hang
-    message: str
-    gpu: int | None = None
-    uuid: str | None = None
-
-
-@dataclass(slots=True)
-class GpuVerdict:
-    """The verdict on one GPU, with the last reading the table and JSON show."""
-
-    index: int
-    uuid: str
-    device: DeviceInfo | None
-    last: Sample | None
-    samples: int
-    problems: list[Problem] = field(default_factory=list)
-
-    @property
-    def status(self) -> Status:
-        return worst(p.severity for p in self.problems)
-
-    @property
-    def name(self) -> str | None:
-        return self.device.name if self.device else None
-
-
-@dataclass(slots=True)
-class Verdict:
-    """The node's verdict. ``checked_at`` is POSIX seconds of the judged moment."""
-
-    host: str
-    checked_at: float
-    gpus: list[GpuVerdict]
-    problems: list[Problem]
-    expected_gpus: int | None = None
-    driver: str | None = None
-    source: str = "nvml"
-    duration_s: float = 0.0
-
-    @property
-    def status(self) -> Status:
-        return worst(p.severity for p in self.problems)
-
-    @property
-    def exit_code(self) -> int:
-        return int(self.status)
-
-
-# --- node-level checks -----------------------------------------------------------------------
 
 def check_count(found: int, expected: int | None) -> list[Problem]:
     """Zero GPUs, or fewer than ``expected``, is CRITICAL; more than expected is a WARNING."""
@@ -199,100 +112,19 @@ def check_xids(samples: Sequence[Sample]) -> list[Problem]:
 
 
 def check_ecc(last: Sample) -> list[Problem]:
-    """Uncorrectable ECC, row-remap failure or pending remap, too many retired pages: CRITICAL.
+    """Uncorrectable ECC errors since the driver loaded: CRITICAL.
 
-    Every finding is CRITICAL, the severity of the ``ecc`` kind in ``rules/ecc.yaml`` (a
-    pending remap means the GPU needs a reset before its memory is trusted again). These
-    counters hold since the driver loaded, which the rule's 10 min delta cannot see in a burst.
+    A fact no rule pages on (``rules/ecc.yaml`` pages a *new* error, so that an old count
+    does not page at every restart), but a health probe must not pass a GPU whose memory
+    already failed since the last driver load. Pending or failed row remaps, pending page
+    retirement and memory worn out (DCGM's limits) are the rules' (``ecc_uncorrectable``,
+    ``ecc_worn_out``), judged over the burst like every rule.
     """
-    out = []
     dbe = last.get("ecc.errors.uncorrected.volatile.total")
     if dbe is not None and dbe > 0:
-        out.append(Problem(Status.CRITICAL, "ecc",
-                           f"{dbe:.0f} uncorrectable ECC errors since the driver loaded"))
-    if (last.get("remapped_rows.failure") or 0) > 0:
-        out.append(Problem(Status.CRITICAL, "ecc", "row remapping failed: the GPU needs service"))
-    retired = last.get("retired_pages.count")
-    if retired is not None and retired >= RETIRED_PAGES_MAX:
-        out.append(Problem(Status.CRITICAL, "ecc", f"{retired:.0f} retired memory pages "
-                                                   f"(limit {RETIRED_PAGES_MAX})"))
-    if (last.get("remapped_rows.pending") or 0) > 0:
-        out.append(Problem(Status.CRITICAL, "ecc", "row remap pending: reset the GPU when idle"))
-    if (last.get("retired_pages.pending") or 0) > 0:
-        out.append(Problem(Status.CRITICAL, "ecc",
-                           "page retirement pending: reset the GPU when idle"))
-    unc = last.get("remapped_rows.uncorrectable")
-    if unc is not None and unc >= REMAPPED_UNCORRECTABLE_MAX:
-        out.append(Problem(Status.CRITICAL, "ecc", f"{unc:.0f} rows remapped for "
-                                                  "uncorrectable errors"))
-    return out
-
-
-def check_pcie(samples: Sequence[Sample], device: DeviceInfo | None) -> list[Problem]:
-    """Link narrower than its maximum: WARNING. Slower generation: only while busy."""
-    if device is None:
-        return []
-    last = samples[-1]
-    out = []
-    width = last.get("pcie.link.width.current")
-    if device.pcie_max_width and width is not None and width < device.pcie_max_width:
-        out.append(Problem(Status.WARNING, "pcie",
-                           f"PCIe link x{width:.0f} of x{device.pcie_max_width} "
-                           "(degraded link: lanes lost)"))
-    gen = last.get("pcie.link.gen.current")
-    utils = [s.get("utilization.gpu") for s in samples]
-    busy = all(u is not None and u >= PCIE_BUSY_UTIL for u in utils)
-    if device.pcie_max_gen and gen is not None and gen < device.pcie_max_gen and busy:
-        out.append(Problem(Status.WARNING, "pcie",
-                           f"PCIe gen {gen:.0f} of gen {device.pcie_max_gen} while busy"))
-    return out
-
-
-def _delta(samples: Sequence[Sample], name: str) -> float | None:
-    """Growth of counter ``name`` over the burst; None when unknown or reset."""
-    vals = [(s.ts, v) for s in samples if (v := s.get(name)) is not None]
-    if len(vals) < 2 or vals[-1][1] < vals[0][1]:
-        return None
-    return vals[-1][1] - vals[0][1]
-
-
-def check_link_errors(samples: Sequence[Sample], device: DeviceInfo | None) -> list[Problem]:
-    """PCIe replays above the spec's error rate, NVLink errors growing (DCGM's thresholds).
-
-    PCIe: more replays during the burst than BER 1e-12 allows per minute for the link's
-    generation and width is a WARNING (a marginal link). NVLink: replay or recovery errors
-    or CRC errors growing is a WARNING, the severity of ``rules/nvlink.yaml``.
-    """
-    out = []
-    span = samples[-1].ts - samples[0].ts if samples else 0.0
-    replays = _delta(samples, "pcie.replay_counter")
-    last = samples[-1]
-    gen = last.get("pcie.link.gen.current") or (device.pcie_max_gen if device else None)
-    width = last.get("pcie.link.width.current") or (device.pcie_max_width if device else None)
-    if replays and span > 0 and gen and width:
-        per_min = PCIE_BER * PCIE_GT_PER_S.get(int(gen), 64.0) * 1e9 * 60 * width
-        # More in a few seconds than the spec allows in a whole minute: unambiguous even
-        # for a burst too short to measure a per-minute rate.
-        if replays > per_min:
-            out.append(Problem(Status.WARNING, "pcie",
-                               f"{replays:.0f} PCIe replays in {span:.1f} s (link allows "
-                               f"{per_min:.1f}/min): marginal link"))
-    grown = {n: d for n in ("nvlink.errors.replay", "nvlink.errors.recovery")
-             if (d := _delta(samples, n))}
-    if grown:
-        words = ", ".join(f"{n.rsplit('.', 1)[1]} +{d:.0f}" for n, d in grown.items())
-        out.append(Problem(Status.WARNING, "nvlink", f"NVLink errors growing: {words}"))
-    crc = sum(d for n in ("nvlink.errors.crc_flit", "nvlink.errors.crc_data")
-              if (d := _delta(samples, n)))
-    if crc:
-        out.append(Problem(Status.WARNING, "nvlink",
-                           f"NVLink CRC errors growing: +{crc:.0f} in {span:.1f} s"))
-    return out
-
-
-# rule kind -> the probe's own check of the same family: when both found something on a
-# GPU, the probe's finding (since the driver loaded, or against the spec) is the one shown
-SAME_FAMILY = {"ecc": "ecc", "pcie_degraded": "pcie", "nvlink_errors": "nvlink"}
+        return [Problem(Status.CRITICAL, "ecc",
+                        f"{dbe:.0f} uncorrectable ECC errors since the driver loaded")]
+    return []
 
 
 def judge_gpu(device: DeviceInfo | None, index: int, uuid: str,
@@ -305,10 +137,7 @@ def judge_gpu(device: DeviceInfo | None, index: int, uuid: str,
     if not problems:  # a lost GPU has no values worth judging
         live = [s for s in samples if not s.lost]
         problems = [*check_errors(live), *check_xids(samples), *check_ecc(live[-1]),
-                    *check_pcie(live, device),
-                    *check_link_errors(live, device)]
-        own = {p.check for p in problems}
-        problems += [p for p in ruled if SAME_FAMILY.get(p.check) not in own]
+                    *ruled]
     else:
         problems += check_xids(samples)
     gv.problems = [Problem(p.severity, p.check, p.message, index, uuid) for p in problems]
@@ -330,7 +159,7 @@ def judge(devices: Sequence[DeviceInfo], bursts: Mapping[str, Sequence[Sample]],
     by_uuid = {d.uuid: d for d in devices}
     ruled: dict[str, list[Problem]] = {}
     if use_rules and any(bursts.values()):
-        from watchdog.check.rules import rule_problems  # imports this module's types
+        from watchdog.check.rules import rule_problems  # numpy and the rules: only here
 
         ruled = rule_problems(devices, bursts, host=host, rules=rules)
     uuids = list(by_uuid) + [u for u in bursts if u not in by_uuid]

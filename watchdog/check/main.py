@@ -75,15 +75,15 @@ def default_at(source: Any) -> float:
     return max(ats) if ats else HEALTHY_AT_S
 
 
-def probe(args: argparse.Namespace, clock: Clock | None = None) -> Verdict:
-    """Open the source named by ``args.source``, collect one burst and judge it.
+def probe(args: argparse.Namespace, options: Any, clock: Clock | None = None) -> Verdict:
+    """Open the source named by ``args.source`` (with ``options``, the command line's
+    :class:`~watchdog.sources.SourceOptions`), collect one burst and judge it.
 
     ``clock`` replaces the wall clock of the ``nvml`` source (tests).
     """
-    from watchdog.commands.common import source_options
     from watchdog.sources import kind_of, open_live, open_recorded
 
-    options = replace(source_options(args), call_timeout=args.call_timeout)
+    options = replace(options, call_timeout=args.call_timeout)
     kind = kind_of(args.source)
     check_ranges(args)
     if kind == "replay":

@@ -30,14 +30,18 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from dataclasses import replace
 
-from watchdog.check.judge import Problem, Status
-from watchdog.detect.engine import Detector, DetectorConfig
+from watchdog.check.verdict import Problem, Status
 from watchdog.detect.loader import Rule, RuleSet, load_rules
 from watchdog.model import DeviceInfo, Sample
+from watchdog.pipeline.core import build_detector, feed_burst
 
 CONFIRM_S = 60.0
 """A rule whose ``for:`` is this long (s) or longer, or learned, needs time the probe does
 not have: its condition holding in the burst is reported as an unconfirmed WARNING."""
+
+BURST_CONFIRMED = frozenset({"pcie_degraded"})
+"""Kinds whose ``for:`` only rides out a moment's blip (a link retraining): a condition
+that holds through the whole burst is reported as a finding, at the rule's severity."""
 
 BURST_SIGNATURES = frozenset({"comm_hang"})
 """Kinds of rules that need time which the probe still evaluates (as an unconfirmed
@@ -53,6 +57,8 @@ _SEVERITY = {"critical": Status.CRITICAL, "warning": Status.WARNING}
 
 def needs_time(rule: Rule) -> bool:
     """True when the rule cannot be confirmed by a burst (learned or long ``for:``)."""
+    if rule.kind in BURST_CONFIRMED:
+        return False
     return rule.learned is not None or rule.for_s >= CONFIRM_S
 
 
@@ -85,12 +91,9 @@ def rule_problems(devices: Sequence[DeviceInfo], bursts: Mapping[str, Sequence[S
     """
     rules = rules if rules is not None else load_rules(None)
     by_name = {r.name: r for r in rules}
-    det = Detector(burst_rules(rules), host, list(devices),
-                   DetectorConfig(learn_power_levels=False))
-    for ts, samples in _ticks(bursts):
-        det.feed_tick(ts, samples)
+    det = build_detector(burst_rules(rules), host=host, devices=list(devices), mode="burst")
     out: dict[str, list[Problem]] = {}
-    for inc in det.finish():
+    for inc in feed_burst(det, _ticks(bursts)):
         if inc.resolved_at is not None or inc.kind in KINDS_OWN_CHECK:
             continue  # held during the burst but no longer at its end
         rule = by_name[inc.rule]
