@@ -122,7 +122,8 @@ def score_run(incidents: list[Any], truth: list[Any], s: Score, where: str,
 
 def run_sim(quick: bool, seeds: list[int], verbose: bool) -> dict[str, Score]:
     from watchdog.detect import load_rules
-    from watchdog.pipeline.replay import detect, simulate
+    from watchdog.pipeline.replay import detect
+    from watchdog.sources.sim.frames import simulate
 
     rules = load_rules()
     out: dict[str, Score] = {}

@@ -50,8 +50,9 @@ REAL_GPU = SHARED / "real-gpu"
 from watchdog.anomaly import features as F  # noqa: E402
 from watchdog.anomaly import persist, runner, train  # noqa: E402
 from watchdog.detect import load_rules  # noqa: E402
-from watchdog.pipeline.replay import detect, simulate  # noqa: E402
+from watchdog.pipeline.replay import detect  # noqa: E402
 from watchdog.sources.sim.faults import UNNAMED  # noqa: E402
+from watchdog.sources.sim.frames import simulate  # noqa: E402
 
 EXPECTED = {  # the features each fault moves (the explanation's first should be one)
     "power_mismatch": {"power_frac", "peer_power", "power_slope"},

@@ -31,7 +31,9 @@ from watchdog.anomaly import features as F
 from watchdog.anomaly import runner
 from watchdog.anomaly.offline import fit_grid
 from watchdog.detect import Detector
-from watchdog.pipeline.replay import detect, feed_blocks, simulate, simulate_chunks
+from watchdog.pipeline.core import feed_blocks
+from watchdog.pipeline.replay import detect
+from watchdog.sources.sim.frames import simulate, simulate_chunks
 
 CHUNK_TICKS = 3600
 

@@ -7,7 +7,7 @@ from typing import Any
 
 from watchdog.anomaly import features as F
 from watchdog.anomaly import train
-from watchdog.pipeline.replay import simulate
+from watchdog.sources.sim.frames import simulate
 
 
 @functools.cache

@@ -14,7 +14,8 @@ from watchdog.anomaly import baseline, persist, runner
 from watchdog.anomaly import features as F
 from watchdog.anomaly.offline import fit_grid
 from watchdog.detect import load_rules
-from watchdog.pipeline.replay import detect, simulate
+from watchdog.pipeline.replay import detect
+from watchdog.sources.sim.frames import simulate
 
 
 def _rows(temp: list[float], power: list[float], util: float = 100.0) -> np.ndarray:

@@ -8,9 +8,10 @@ from pathlib import Path
 import pytest
 
 from watchdog.detect import load_rules
-from watchdog.detect.ruletest import load_cases
 from watchdog.incident import KINDS
-from watchdog.pipeline.replay import detect, simulate
+from watchdog.pipeline.replay import detect
+from watchdog.pipeline.ruletest import load_cases
+from watchdog.sources.sim.frames import simulate
 
 REPO = Path(__file__).resolve().parent.parent
 RULES = REPO / "rules"

@@ -9,8 +9,8 @@ import numpy as np
 import pytest
 
 from watchdog.cli import main
-from watchdog.detect.ruletest import load_cases, parse_series, run_case
 from watchdog.errors import InputError
+from watchdog.pipeline.ruletest import load_cases, parse_series, run_case
 
 pytest_plugins = ["pytester"]
 
@@ -96,7 +96,7 @@ def test_bad_series_segment() -> None:
 
 def test_series_length_is_capped_before_expanding() -> None:
     """A series of a billion samples is refused while its text is read, not built."""
-    from watchdog.detect.ruletest import MAX_SERIES
+    from watchdog.pipeline.ruletest import MAX_SERIES
 
     assert len(parse_series(f"1x{MAX_SERIES}")) == MAX_SERIES
     for text in ("0x1000000000", f"1x{MAX_SERIES} 2", "0x4x" + "9" * 50):

@@ -789,7 +789,7 @@ def test_yaml_re_read_by_mutate_and_fakenvml_is_bounded(tmp_path: Path, reader: 
     bomb = tmp_path / "bomb.yaml"
     bomb.write_text(alias_bomb(key="rules" if reader == "mutate" else "gpus"))
     if reader == "mutate":
-        from watchdog.detect.mutate import _raw_fields
+        from watchdog.pipeline.mutate import _raw_fields
 
         with pytest.raises(InputError, match="alias"):
             _raw_fields(str(bomb))

@@ -10,7 +10,8 @@ import pytest
 from watchdog import cli
 from watchdog.commands.replay import plot_paths
 from watchdog.detect import Detector, load_rules
-from watchdog.pipeline.replay import detect, simulate
+from watchdog.pipeline.replay import detect
+from watchdog.sources.sim.frames import simulate
 
 T0 = 1_763_712_000.0  # 2025-11-21T08:00:00Z
 

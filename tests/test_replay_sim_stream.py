@@ -10,6 +10,7 @@ import pytest
 
 from watchdog.detect import load_rules
 from watchdog.pipeline import replay as rp
+from watchdog.sources.sim import frames
 
 
 @pytest.mark.parametrize("chunk", [7, 64])
@@ -17,9 +18,9 @@ def test_streamed_simulation_equals_the_whole_frame(chunk: int,
                                                     monkeypatch: pytest.MonkeyPatch) -> None:
     spec = "sim:comm_hang@20,xid(code=48)@100,thermal_throttle@150"
     rules = load_rules(None)
-    rec, _src = rp.simulate(spec, duration=400, interval=2.0, gpus=4)
+    rec, _src = frames.simulate(spec, duration=400, interval=2.0, gpus=4)
     whole = rp.detect(rec, rules)
-    monkeypatch.setattr(rp, "SIM_CHUNK_TICKS", chunk)
+    monkeypatch.setattr(frames, "SIM_CHUNK_TICKS", chunk)
     opts = rp.ReplayOptions(duration=400, interval=2.0, gpus=4)
     got = rp.replay_inputs([spec], rules, opts)[0]
     assert [i.to_json() for i in got.incidents] == [i.to_json() for i in whole]
@@ -60,8 +61,8 @@ def test_progress_moves_chunk_by_chunk(monkeypatch: pytest.MonkeyPatch) -> None:
                         (setattr(self, "_bar", None), seen.append(("total", total)))[0])
     monkeypatch.setattr(progress.Progress, "update",
                         lambda self, rows: seen.append(("rows", rows)))
-    monkeypatch.setattr(rp, "SIM_CHUNK_TICKS", 50)
+    monkeypatch.setattr(frames, "SIM_CHUNK_TICKS", 50)
     opts = rp.ReplayOptions(duration=200, interval=1.0, gpus=2)
-    rp.replay_inputs(["sim:healthy"], load_rules(None), opts, show_progress=True)
+    rp.replay_inputs(["sim:healthy"], load_rules(None), opts, progress.Terminal(True))
     # the total is known before the first chunk, then each chunk of 100 rows is counted
     assert seen == [("total", 400)] + [("rows", 100)] * 4

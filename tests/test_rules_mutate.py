@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from watchdog.cli import main
-from watchdog.detect.mutate import run
+from watchdog.pipeline.mutate import run
 
 ROOT = Path(__file__).resolve().parents[1]
 

@@ -9,8 +9,8 @@ import pandas as pd
 import pytest
 
 from watchdog import catalogue
-from watchdog.pipeline import replay as RP
 from watchdog.sources.sim import SimSource, fast
+from watchdog.sources.sim import frames as RP
 
 
 def _node(spec: str = "sim:healthy", **kw: object) -> SimSource:

@@ -14,7 +14,7 @@ import sys
 import watchdog.threads  # noqa: F401 - first: caps math-library thread pools before numpy
 from watchdog import __version__
 from watchdog.commands import COMMANDS
-from watchdog.errors import WatchdogError
+from watchdog.errors import WatchdogError, error_line
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -36,14 +36,6 @@ def build_parser() -> argparse.ArgumentParser:
             continue
         mod.register(sub)
     return p
-
-
-def error_line(e: WatchdogError) -> str:
-    """``watchdog: error: <message>``, plus the error's ``hint`` (such as "try the
-    simulator") only for a person at a terminal, never in a log, a page or a probe's
-    output a script reads."""
-    hint = getattr(e, "hint", None)
-    return f"watchdog: error: {e}" + (f" ({hint})" if hint and sys.stderr.isatty() else "")
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -7,6 +7,8 @@ environment; ``watchdog.cli`` prints ``watchdog: error: <message>`` and exits wi
 
 from __future__ import annotations
 
+import sys
+
 
 class WatchdogError(Exception):
     """A problem the user can fix; ``str(err)`` is the whole one-line message."""
@@ -43,3 +45,11 @@ def where(path: object, line: int | None = None, column: str | None = None) -> s
     if column is not None:
         out += f": column {column!r}"
     return out
+
+
+def error_line(e: WatchdogError) -> str:
+    """``watchdog: error: <message>``, plus the error's ``hint`` (such as "try the
+    simulator") only for a person at a terminal, never in a log, a page or a probe's
+    output a script reads."""
+    hint = getattr(e, "hint", None)
+    return f"watchdog: error: {e}" + (f" ({hint})" if hint and sys.stderr.isatty() else "")

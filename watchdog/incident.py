@@ -7,6 +7,7 @@ program and ISO 8601 with a zone in JSON.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
@@ -90,3 +91,32 @@ def _jsonable(v: Any) -> Any:
     if hasattr(v, "item") and callable(v.item):  # numpy scalar
         return _jsonable(v.item())
     return v
+
+
+# --- how incidents are written for people (tables, pages, the journal) --------------
+
+def gpu_list(gpus: Sequence[str]) -> str:
+    """Compact index list: ``["0","1","2","5"]`` -> ``"0-2,5"`` (non-numeric kept as is)."""
+    try:
+        nums = sorted({int(g) for g in gpus})
+    except ValueError:
+        return ",".join(gpus)
+    parts: list[str] = []
+    i = 0
+    while i < len(nums):
+        j = i
+        while j + 1 < len(nums) and nums[j + 1] == nums[j] + 1:
+            j += 1
+        parts.append(str(nums[i]) if i == j else f"{nums[i]}-{nums[j]}")
+        i = j + 1
+    return ",".join(parts) or "-"
+
+
+def duration(seconds: float) -> str:
+    """``42`` -> ``"42s"``, ``125`` -> ``"2m05s"``, ``7300`` -> ``"2h01m"``."""
+    s = round(seconds)
+    if s < 60:
+        return f"{s}s"
+    if s < 3600:
+        return f"{s // 60}m{s % 60:02d}s"
+    return f"{s // 3600}h{(s % 3600) // 60:02d}m"

@@ -19,9 +19,8 @@ from collections.abc import Callable
 from datetime import UTC, datetime
 from typing import TextIO
 
-from watchdog.incident import Incident
+from watchdog.incident import Incident, gpu_list
 from watchdog.notify.render import age, how_long
-from watchdog.report.table import gpu_list
 
 
 def gpus_phrase(gpus: list[str]) -> str:

@@ -91,7 +91,8 @@ class DaemonModel:
         self.settings = settings
         self.state_file = state_file
         self.interval = interval
-        self._gpu_model = gpu_model or (lambda: "unknown")
+        self._gpu_model = gpu_model or (lambda: self._gpu_name)
+        self._gpu_name = "unknown"
         self.live = LiveAnomaly(None, host or "localhost", interval)
         self.state = "starting"
         self.error: str | None = None
@@ -106,6 +107,38 @@ class DaemonModel:
         self._started = False
         self.coarse = False
         self._busy_at_fit = 0.0  # busy minutes collected when the model in use was fitted
+
+    def open(self, host: str, devices: list[Any]) -> None:
+        """The source is open: its host names the incidents, its GPUs' product name picks
+        (and is written into) the model."""
+        self.live.host = host
+        if self.live.runner is not None:
+            self.live.runner.host = host
+        names = [d.name for d in devices if getattr(d, "name", None)]
+        self._gpu_name = names[0] if names else "unknown"
+
+    def set_interval(self, interval: float) -> None:
+        """The agent now samples every ``interval`` s (a reload). The window is rebuilt
+        for the new step; a model fitted on another step cannot score these windows: a
+        model file is set aside (said once), ``auto`` baselines again."""
+        if interval == self.interval:
+            return
+        old, self.interval = self.interval, interval
+        model = self.live.model
+        keep = model is not None and abs(model.step - interval) <= 1e-6
+        self.live = LiveAnomaly(model if keep else None, self.live.host, interval)
+        self._rows.clear()
+        self._busy_s = {}
+        if model is None or keep:
+            return
+        why = (f"the model was fitted on {model.step:g} s samples, the agent now samples "
+               f"every {interval:g} s (was {old:g} s)")
+        if self.settings.use == "auto":
+            log.warning("anomaly model set aside: %s; baselining again", why)
+            self.state, self.fitted_at, self.coarse = "collecting", None, False
+        else:
+            log.error("anomaly model not used: %s", why)
+            self.state, self.error = "off", why
 
     # --- the hook --------------------------------------------------------------------
     def __call__(self, now: float, samples: list[Any], engaged: set[str]) -> list[Any]:

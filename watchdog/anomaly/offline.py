@@ -8,7 +8,7 @@ runs without a model.
 
 from __future__ import annotations
 
-import sys
+from collections.abc import Callable
 from typing import Any
 
 import numpy as np
@@ -17,6 +17,7 @@ from watchdog.anomaly import features as F
 from watchdog.anomaly import runner, train
 from watchdog.errors import InputError
 from watchdog.incident import Incident
+from watchdog.sources import is_sim
 
 AUTO_FRACTION = 0.4
 AUTO_BUSY_MIN = 10.0
@@ -56,8 +57,11 @@ def fit_grid(grid: F.Grid, incidents: list[Incident], gpu_model: str, *,
                      seed=seed, min_windows=min_windows, uuids=grid.uuids)
 
 
-def apply(results: list[Any], spec: str, sim_key: str | None) -> None:
-    """Add anomaly incidents to each replayed result (``spec``: a model file or auto)."""
+def apply(results: list[Any], spec: str, sim_key: str | None,
+          note: Callable[[str], None]) -> None:
+    """Add anomaly incidents to each replayed result (``spec``: a model file or auto).
+    ``note(line)``: what a person should know (the model declined, a coarse fit); the
+    command prints it."""
     from watchdog.anomaly import persist
 
     for r in results:
@@ -66,28 +70,24 @@ def apply(results: list[Any], spec: str, sim_key: str | None) -> None:
             continue
         grid = F.grid_from_frame(frame)
         feats = F.compute(grid)
-        is_sim = r.path == "sim" or r.path.startswith("sim:")
-        gm = gpu_model_of(frame, sim_key if is_sim else None)
+        gm = gpu_model_of(frame, sim_key if is_sim(r.path) else None)
         start = None
         if spec == "auto":
             cut = grid.t[0] + AUTO_FRACTION * (grid.t[-1] - grid.t[0])
             busy = train.busy_minutes(feats[grid.t < cut], grid.step)
             if len(busy) == 0 or busy.min() < AUTO_BUSY_MIN:
-                print(f"watchdog: {r.path}: --model auto: the first 40 % holds "
-                      f"{busy.min() if len(busy) else 0:.0f} busy minutes on its least busy "
-                      f"GPU, {AUTO_BUSY_MIN:.0f} needed; replaying without the model",
-                      file=sys.stderr)
+                note(f"{r.path}: --model auto: the first 40 % holds "
+                     f"{busy.min() if len(busy) else 0:.0f} busy minutes on its least busy "
+                     f"GPU, {AUTO_BUSY_MIN:.0f} needed; replaying without the model")
                 continue
             try:
                 model, _ = fit_grid(grid, r.incidents, gm, until=cut, feats=feats)
             except train.NotEnoughData as e:
-                print(f"watchdog: {r.path}: --model auto: {e}; replaying without the model",
-                      file=sys.stderr)
+                note(f"{r.path}: --model auto: {e}; replaying without the model")
                 continue
             start = cut
             if train.coarse(model):
-                print(f"watchdog: {r.path}: --model auto: {train.coarse_note(model)}",
-                      file=sys.stderr)
+                note(f"{r.path}: --model auto: {train.coarse_note(model)}")
         else:
             model = persist.load(spec, gm)
             if abs(model.step - grid.step) > 1e-6:

@@ -62,14 +62,6 @@ def run(args: argparse.Namespace) -> int:
     return run_alerts(args)
 
 
-def state_dir(args: argparse.Namespace) -> Any:
-    from watchdog import config as config_mod
-    from watchdog.state import resolve_state_dir
-
-    cfg = config_mod.load(args.config) if args.config else config_mod.Config()
-    return resolve_state_dir(getattr(args, "state_dir", None) or cfg.state_dir)
-
-
 def agent_now(conn: Any, wall: float) -> float:
     """The agent's clock now, for "how long": the wall clock, except for a simulated node
     whose clock runs ahead of it (``--speed``), where it is the simulated time of the
@@ -77,7 +69,9 @@ def agent_now(conn: Any, wall: float) -> float:
     from watchdog.state.agent import read_status
 
     doc, _ = read_status(conn)
-    if doc and str(doc.get("source") or "").startswith("sim"):
+    from watchdog.sources import is_sim
+
+    if doc and is_sim(str(doc.get("source") or "")):
         t = doc.get("stopped_at") or doc.get("now")
         if isinstance(t, int | float) and t > wall:
             return float(t)
@@ -112,7 +106,7 @@ def listing_line(state: str, a: Any, now: float, hold: float | None) -> str:
 
 
 def run_alerts(args: argparse.Namespace) -> int:
-    from watchdog.commands.silence import silence_json, with_times
+    from watchdog.commands.common import silence_json, state_dir, with_times
     from watchdog.notify import render
     from watchdog.notify import store as st
     from watchdog.state import connect

@@ -122,9 +122,11 @@ def run(args: argparse.Namespace) -> int:
     from watchdog.errors import WatchdogError
 
     try:
-        verdict = probe(args)
+        from watchdog.commands.common import source_options
+
+        verdict = probe(args, source_options(args))
     except WatchdogError as e:
-        from watchdog.cli import error_line
+        from watchdog.errors import error_line
 
         print(error_line(e), file=sys.stderr)
         verdict = unknown(args, str(e))

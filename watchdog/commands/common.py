@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import argparse
+from collections.abc import Iterable
+from typing import Any
 
 from watchdog.errors import InputError
 from watchdog.sources import SourceOptions
@@ -95,3 +97,49 @@ def source_options(args: argparse.Namespace) -> SourceOptions:
     return SourceOptions(host=args.host, mapping=parse_map(args.map), sim_gpus=args.gpus,
                          sim_model=gpu_model_arg(args) or "h100-sxm", sim_seed=args.seed,
                          tz=check_tz(getattr(args, "tz", None)))
+
+
+# --- the state directory and silences, for status, alerts and silence -------------------
+
+def state_dir(args: argparse.Namespace) -> Any:
+    from watchdog import config as config_mod
+    from watchdog.state import resolve_state_dir
+
+    cfg = config_mod.load(args.config) if args.config else config_mod.Config()
+    return resolve_state_dir(getattr(args, "state_dir", None) or cfg.state_dir)
+
+
+def with_times(d: dict[str, Any], keys: Iterable[str]) -> dict[str, Any]:
+    """``d`` with each time in ``keys`` as ISO 8601 with zone and as ``<key>_epoch``."""
+    from watchdog.incident import iso
+
+    out = dict(d)
+    for k in keys:
+        t = d.get(k)
+        out[k] = iso(t) if t is not None else None
+        out[f"{k}_epoch"] = t
+    return out
+
+
+def what(s: dict[str, Any]) -> str:
+    """``GPU 3 thermal_throttle``, ``thermal_throttle``, ``GPU 3`` or ``everything``."""
+    if not (s["gpu"] or s["kind"]):
+        return "everything"
+    return " ".join(x for x in (f"GPU {s['gpu']}" if s["gpu"] else "", s["kind"] or "") if x)
+
+
+def silence_state(s: dict[str, Any], now: float) -> str:
+    """``active``; ``expired`` (ended by `silence expire`); ``ended`` (its time ran out)."""
+    if s["expired_at"] is not None:
+        return "expired"
+    return "active" if s["ends_at"] > now else "ended"
+
+
+def silence_json(s: dict[str, Any], now: float) -> dict[str, Any]:
+    """One silence as JSON (the shape in the module docs)."""
+    return with_times({"id": s["id"], "what": what(s), "host": s["host"], "gpu": s["gpu"],
+                       "kind": s["kind"], "state": silence_state(s, now),
+                       "starts_at": s["starts_at"],
+                       "ends_at": s["ends_at"], "expired_at": s["expired_at"],
+                       "comment": s["comment"], "created_by": s["created_by"]},
+                      ("starts_at", "ends_at", "expired_at"))

@@ -94,7 +94,7 @@ def convert_log(src: str, out: str, *, mapping: dict[str, str] | None, host: str
                 tz: str | None, chunk_rows: int = 4096) -> dict[str, Any]:
     """Convert a foreign log (or a recording) into a ``.wdrec`` file; returns stats."""
     from watchdog.sources.replay import open_log
-    from watchdog.sources.replay.recording import RecordingWriter
+    from watchdog.sources.replay.recording_writer import RecordingWriter
 
     rec = open_log(src, mapping=mapping, host=host, tz=tz)
     for w in rec.warnings:
@@ -117,7 +117,7 @@ def record_live(spec: str, options: Any, out: str, *, duration: float, interval:
     """
     from watchdog.clock import ManualClock, WallClock
     from watchdog.sources import kind_of, open_live
-    from watchdog.sources.replay.recording import RecordingWriter
+    from watchdog.sources.replay.recording_writer import RecordingWriter
 
     if clock is None:
         wall = WallClock()

@@ -92,8 +92,9 @@ def replay(args: argparse.Namespace) -> tuple[list[Any], Any]:
     from watchdog.commands.common import parse_map
     from watchdog.detect import load_rules
     from watchdog.errors import InputError
-    from watchdog.pipeline.replay import ReplayOptions, is_sim, replay_inputs
-    from watchdog.report.progress import should_show
+    from watchdog.pipeline.replay import ReplayOptions, replay_inputs
+    from watchdog.report.progress import Terminal, should_show
+    from watchdog.sources import is_sim
     from watchdog.units import check_tz
 
     if args.block_rows < 1:
@@ -118,12 +119,18 @@ def replay(args: argparse.Namespace) -> tuple[list[Any], Any]:
         duration=duration, interval=interval,
         gpus=args.gpus, gpu_model=args.gpu_model, seed=args.seed)
     rules = load_rules(args.rules or None)
-    results = replay_inputs(args.paths, rules, opts, should_show(args.json))
+    feedback = Terminal(should_show(args.json))
+    results = replay_inputs(args.paths, rules, opts, feedback)
     if args.model is not None:
         from watchdog.anomaly.offline import apply
 
-        apply(results, args.model, args.gpu_model)
+        apply(results, args.model, args.gpu_model, note=_note)
     return results, rules
+
+
+def _note(line: str) -> None:
+    """The model's one-line notes (``--model auto`` declined, a coarse fit)."""
+    print(f"watchdog: {line}", file=sys.stderr)
 
 
 def sim_times(duration: str, interval: str) -> tuple[float, float]:
@@ -194,12 +201,13 @@ def run(args: argparse.Namespace) -> int:
             print("GPU identities:\n" + legend)
     if args.plot:
         from watchdog.report.plot import plot_timeline
+        from watchdog.sources import is_sim
 
         for r, target in zip(results, plot_paths(args.plot, len(results)), strict=True):
             if len(r.frame) == 0:
                 print(f"watchdog: {r.path}: no samples, no timeline drawn", file=sys.stderr)
                 continue
-            name = Path(r.path).name if not r.path.startswith("sim") else r.path
+            name = Path(r.path).name if not is_sim(r.path) else r.path
             title = name if r.host == Path(r.path).stem else f"{r.host}: {name}"
             plot_timeline(r.frame, r.incidents, target, title=title)
             print(f"watchdog: timeline written to {target}", file=sys.stderr)

@@ -51,7 +51,7 @@ def run_check(args: argparse.Namespace) -> int:
 
 def run_test(args: argparse.Namespace) -> int:
     from watchdog.detect.loader import default_rules_dir, rule_files
-    from watchdog.detect.ruletest import run_files
+    from watchdog.pipeline.ruletest import run_files
 
     files = rule_files(args.files or [default_rules_dir() / "tests"], what="rule test")
     if args.mutate:
@@ -69,8 +69,8 @@ def run_test(args: argparse.Namespace) -> int:
 
 
 def _run_mutate(files: list[Any], min_score: float | None) -> int:
-    from watchdog.detect.mutate import report, run
     from watchdog.errors import InputError
+    from watchdog.pipeline.mutate import report, run
 
     if min_score is not None and not 0 <= min_score <= 1:
         raise InputError(f"--min-score: {min_score:g} is not between 0 and 1")

@@ -73,6 +73,7 @@ def _settings(args: argparse.Namespace) -> tuple[Any, str, float, float]:
 
 
 def run(args: argparse.Namespace) -> int:
+    from watchdog import config as config_mod
     from watchdog.clock import WallClock
     from watchdog.commands.common import gpu_model_arg, parse_map
     from watchdog.config import RANGES
@@ -118,5 +119,6 @@ def run(args: argparse.Namespace) -> int:
 
     agent = build(cfg, spec=spec, options=options, interval=interval, speed=speed,
                   rules_override=list(args.rules), state_dir=args.state_dir, demo=demo,
-                  clock=WallClock(speed=speed), stop_after=stop_after)
+                  clock=WallClock(speed=speed), stop_after=stop_after,
+                  load_config=config_mod.load)
     return agent.serve()

@@ -27,8 +27,6 @@ import json
 import os
 import sys
 import time
-from collections.abc import Iterable
-from typing import Any
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -55,43 +53,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.set_defaults(func=run)
 
 
-def with_times(d: dict[str, Any], keys: Iterable[str]) -> dict[str, Any]:
-    """``d`` with each time in ``keys`` as ISO 8601 with zone and as ``<key>_epoch``."""
-    from watchdog.incident import iso
-
-    out = dict(d)
-    for k in keys:
-        t = d.get(k)
-        out[k] = iso(t) if t is not None else None
-        out[f"{k}_epoch"] = t
-    return out
-
-
-def what(s: dict[str, Any]) -> str:
-    """``GPU 3 thermal_throttle``, ``thermal_throttle``, ``GPU 3`` or ``everything``."""
-    if not (s["gpu"] or s["kind"]):
-        return "everything"
-    return " ".join(x for x in (f"GPU {s['gpu']}" if s["gpu"] else "", s["kind"] or "") if x)
-
-
-def state(s: dict[str, Any], now: float) -> str:
-    """``active``; ``expired`` (ended by `silence expire`); ``ended`` (its time ran out)."""
-    if s["expired_at"] is not None:
-        return "expired"
-    return "active" if s["ends_at"] > now else "ended"
-
-
-def silence_json(s: dict[str, Any], now: float) -> dict[str, Any]:
-    """One silence as JSON (the shape in the module docs)."""
-    return with_times({"id": s["id"], "what": what(s), "host": s["host"], "gpu": s["gpu"],
-                       "kind": s["kind"], "state": state(s, now), "starts_at": s["starts_at"],
-                       "ends_at": s["ends_at"], "expired_at": s["expired_at"],
-                       "comment": s["comment"], "created_by": s["created_by"]},
-                      ("starts_at", "ends_at", "expired_at"))
-
-
 def run(args: argparse.Namespace) -> int:
-    from watchdog.commands.alerts import state_dir
+    from watchdog.commands.common import silence_json, silence_state, state_dir, what
     from watchdog.errors import InputError
     from watchdog.incident import KINDS
     from watchdog.notify import store as st
@@ -144,7 +107,8 @@ def run(args: argparse.Namespace) -> int:
             print("no silences" if args.all else "no active silences")
         for s in rows:
             end = s["expired_at"] or s["ends_at"]
-            word = {"active": "until", "ended": "ended", "expired": "expired"}[state(s, now)]
+            word = {"active": "until", "ended": "ended",
+                    "expired": "expired"}[silence_state(s, now)]
             print(f"{s['id']:>4}  {what(s):28} {word} "
                   f"{time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime(end))}  by "
                   f"{s['created_by']}: {s['comment']}")

@@ -35,8 +35,9 @@ def _frame(args: argparse.Namespace, duration: float, interval: float) -> tuple[
     """``(frame, host, gpu model)`` of the training data."""
     from watchdog.anomaly.offline import gpu_model_of
     from watchdog.commands.common import gpu_model_arg, source_options
-    from watchdog.pipeline.replay import ReplayOptions, is_sim, open_input, simulate
-    from watchdog.sources import kind_of
+    from watchdog.pipeline.replay import ReplayOptions, open_input
+    from watchdog.sources import is_sim, kind_of
+    from watchdog.sources.sim.frames import simulate
 
     spec = args.source
     if is_sim(spec):
@@ -93,9 +94,9 @@ def run(args: argparse.Namespace) -> int:
     from watchdog.anomaly import features as F
     from watchdog.anomaly import persist, train
     from watchdog.anomaly.offline import fit_grid
-    from watchdog.detect import Detector, load_rules
+    from watchdog.detect import load_rules
     from watchdog.errors import InputError
-    from watchdog.pipeline.replay import feed_blocks
+    from watchdog.pipeline.core import build_detector, feed_blocks
     from watchdog.units import parse_duration
 
     if not args.source:
@@ -110,7 +111,7 @@ def run(args: argparse.Namespace) -> int:
     if len(frame) == 0:
         raise InputError(f"{args.source}: no samples to train on")
     rules = load_rules(None)
-    det = Detector(rules, host=host, devices=[])
+    det = build_detector(rules, host=host, devices=[], mode="block")
     feed_blocks(det, frame, [], block_rows=131_072)
     incidents = det.finish()
     grid = F.grid_from_frame(frame)

@@ -26,15 +26,15 @@ import time
 from pathlib import PurePath
 from typing import Any
 
+from watchdog import incident as records
 from watchdog.notify.base import Alert, Notification
-from watchdog.report import table
 
 
 def gpu_list(gpus: tuple[str, ...] | list[str]) -> str:
     """``("0","1","2","5")`` -> ``"GPUs 0-2,5"``; one GPU -> ``"GPU 3"``; none -> ``"node"``."""
     if not gpus:
         return "node"
-    return ("GPU " if len(gpus) == 1 else "GPUs ") + table.gpu_list(gpus)
+    return ("GPU " if len(gpus) == 1 else "GPUs ") + records.gpu_list(gpus)
 
 
 # --- how long ------------------------------------------------------------------------------

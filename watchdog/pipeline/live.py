@@ -21,24 +21,21 @@ import math
 import threading
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
 from typing import Any
 
 from watchdog.clock import Clock
 from watchdog.errors import SourceUnavailable
 from watchdog.incident import Incident
 from watchdog.model import Sample
+from watchdog.pipeline.own import OwnIncidents
+from watchdog.pipeline.ports import Alerting, AnomalyHook, Recording
+from watchdog.pipeline.settings import Settings
+from watchdog.pipeline.status import TickStats, status_doc
 from watchdog.sources.base import LiveSource
 
 log = logging.getLogger("watchdog.agent")
 
 Notify = Callable[[str, Incident], None]
-UNAVAILABLE_RULE = "nvml_unavailable"
-MEMORY_RULE = "state_memory_only"  # the agent's own incidents (kind ``agent``)
-CORRUPT_RULE = "state_corrupt"
-CORRUPT_NOTICE_S = 900.0  # a corrupt database moved aside stays an active incident this long
-#: the node-level incidents the agent raises itself (no rule file), by rule -> kind
-OWN_RULES = {UNAVAILABLE_RULE: "nvml_error", MEMORY_RULE: "agent", CORRUPT_RULE: "agent"}
 RETRY_FIRST_S = 5.0
 RETRY_MAX_S = 300.0
 FAILING_FOR_S = 30.0  # every reading failing this long = the source is gone
@@ -47,51 +44,34 @@ STATUS_EVERY_S = 5.0  # the status row `watchdog status` reads
 PRUNE_EVERY_S = 86_400.0
 
 
-@dataclass
-class TickStats:
-    """Counters the agent keeps for ``watchdog status`` and the metrics endpoint.
-
-    Times in seconds of the injected clock; ``*_ms`` are CPU or wall milliseconds of the
-    agent's own work (not clock time)."""
-
-    ticks: int = 0
-    samples: int = 0
-    source_errors: int = 0
-    notifications: int = 0
-    missed_ticks: int = 0
-    nvml_errors: int = 0
-    last_sample_at: float | None = None
-    last_lag_s: float = 0.0
-    max_lag_s: float = 0.0
-    last_tick_ms: float = 0.0
-    last_detect_ms: float = 0.0
-    max_detect_ms: float = 0.0
-    errors_by_gpu: dict[str, int] = field(default_factory=dict)
-
-
 class LivePipeline:
     """Source -> detector -> store and notifiers, one tick at a time (ticks never overlap).
 
-    ``open_source(now)`` returns a :class:`LiveSource` or raises ``SourceUnavailable``;
-    ``make_detector(source)`` builds the detector for its GPUs. ``store`` (an
-    :class:`~watchdog.state.agent.AgentStore` or None) keeps learned state, incidents
-    and status. ``notifiers`` are called with ``(transition, incident)``; ``notifier``
-    (optional) is an alerting facade with ``observe(transitions)`` and ``tick(now)``.
-    ``anomaly`` (optional) is called each tick as ``anomaly(now, samples, engaged)``
-    (``engaged``: UUIDs where a rule is pending or firing) and returns anomaly
-    transitions, merged into the tick's (:mod:`watchdog.anomaly.auto`).
+    Every collaborator is built before the pipeline and handed in: ``open_source(now)``
+    returns a :class:`LiveSource` or raises ``SourceUnavailable``; ``make_detector(source)``
+    builds the detector for its GPUs (:func:`watchdog.pipeline.core.build_detector`);
+    ``settings`` owns the interval and the rules (:mod:`watchdog.pipeline.settings`; a
+    plain ``interval`` makes one). ``store`` (an :class:`~watchdog.state.agent.AgentStore`
+    or None) keeps learned state, incidents and status. ``notifiers`` are called with
+    ``(transition, incident)``; ``notifier`` is the :class:`Alerting` facade;
+    ``anomaly`` the :class:`AnomalyHook`; ``recorder`` the :class:`Recording`.
     """
 
     def __init__(self, open_source: Callable[[float], LiveSource],
                  make_detector: Callable[[LiveSource], Any], clock: Clock, *,
-                 spec: str, interval: float, store: Any = None,
-                 notifiers: Sequence[Notify] = (), notifier: Any = None,
-                 recorder: Any = None, host: str | None = None, anomaly: Any = None) -> None:
+                 spec: str, interval: float | None = None, settings: Settings | None = None,
+                 store: Any = None, notifiers: Sequence[Notify] = (),
+                 notifier: Alerting | None = None, recorder: Recording | None = None,
+                 host: str | None = None, anomaly: AnomalyHook | None = None) -> None:
+        if settings is None:
+            if interval is None:
+                raise ValueError("LivePipeline needs settings or an interval")
+            settings = Settings(interval)
         self._open_source = open_source
         self._make_detector = make_detector
         self.clock = clock
         self.spec = spec
-        self.interval = interval
+        self.settings = settings
         self.store = store
         self.notifiers = list(notifiers)
         self.notifier = notifier
@@ -106,8 +86,7 @@ class LivePipeline:
         self.last_samples: list[Sample] = []
         self.extra_status: dict[str, Any] = {}  # e.g. the metrics endpoint's state
         self._lock = threading.Lock()
-        self._down: Incident | None = None  # the node-level "cannot read NVML" incident
-        self._agent: dict[str, Incident] = {}  # the agent's own incidents, by rule
+        self.own = OwnIncidents(lambda: self.host)  # nvml_error (no GPUs), agent (state)
         self._retry_at = -math.inf
         self._retry_s = RETRY_FIRST_S
         self._failing_since: float | None = None
@@ -196,6 +175,11 @@ class LivePipeline:
                 log.warning("recording works again")
             self._record_error = None
 
+    @property
+    def interval(self) -> float:
+        """The sampling period (s of the clock), owned by :attr:`settings`."""
+        return self.settings.interval
+
     def _note_timing(self, now: float) -> None:
         prev, self._prev_tick = self._prev_tick, now
         if prev is None:
@@ -240,36 +224,23 @@ class LivePipeline:
             self._retry_at = now + self._retry_s
             log.error("%s (retrying in %.0f s)", e, self._retry_s)
             self._retry_s = min(RETRY_MAX_S, self._retry_s * 2)
-            self._raise_down(now, getattr(e, "cause", str(e)), changes,
-                             remedy=getattr(e, "remedy", None))
+            self.source_error = getattr(e, "cause", str(e))
+            self.own.source_down(now, self.source_error, changes,
+                                 remedy=getattr(e, "remedy", None))
             return False
         self.source = source
         self.source_error = None
         self.host = self.host or source.host
+        if self.recorder is not None:
+            self.recorder.open(self.host, source.devices())
+        if self.anomaly is not None and hasattr(self.anomaly, "open"):
+            self.anomaly.open(self.host, source.devices())
         self._retry_s = RETRY_FIRST_S
         self.detector = self._make_detector(source)
         self._load_learned()
-        if self._down is not None:
-            self._down.resolved_at = now
-            changes.append(("resolved", self._down))
+        if self.own.source_up(now, changes):
             log.info("%s opened: watching %d GPUs again", self.spec, len(source.devices()))
-            self._down = None
         return True
-
-    def _raise_down(self, now: float, why: str, changes: list[tuple[str, Incident]],
-                    remedy: str | None = None) -> None:
-        self.source_error = why
-        if self._down is not None:
-            return
-        self._down = Incident(
-            kind="nvml_error", severity="critical", host=self.host or "localhost",
-            gpus=[], uuids=[], started_at=now, fired_at=now, resolved_at=None,
-            rule=UNAVAILABLE_RULE,
-            summary=f"cannot read the GPUs on this node: {why}. No GPU here is being "
-                    "watched; "
-                    f"{remedy or 'check the driver (nvidia-smi, dmesg | grep -i nvrm)'}",
-            evidence={"error": why})
-        changes.append(("firing", self._down))
 
     def _source_lost(self, now: float, why: str, changes: list[tuple[str, Incident]]) -> None:
         """Every reading failing: close the source and go back to retrying to open it."""
@@ -282,11 +253,13 @@ class LivePipeline:
         self.source = None
         self._failing_since = None
         self._retry_at = now + self._retry_s
-        self._raise_down(now, why, changes)
+        self.source_error = why
+        self.own.source_down(now, why, changes)
 
     # --- notifications, state ------------------------------------------------------------
     def _deliver(self, now: float, changes: list[tuple[str, Incident]]) -> None:
-        self._storage_events(now, changes)
+        if self.store is not None:
+            self.own.storage(now, self.store.db, changes)
         for what, inc in changes:
             self._store_incident(now, inc)
             for notify in self.notifiers:
@@ -314,53 +287,6 @@ class LivePipeline:
         if self.detector is not None and any(w == "resolved" for w, _ in changes):
             self.detector.forget_resolved()
         self._housekeeping(now)
-
-    def _storage_events(self, now: float, changes: list[tuple[str, Incident]]) -> None:
-        """The state database's troubles as ``agent`` incidents: one page when the state
-        goes to memory (resolved when it is on disk again), one when a corrupt file was
-        moved aside (resolved after ``CORRUPT_NOTICE_S``)."""
-        if self.store is None:
-            return
-        db = self.store.db
-        db.try_disk()  # at most every RESTORE_EVERY_S while in memory; free on disk
-        for kind, text in db.take_events():
-            if kind == "memory":
-                self._raise_agent(now, MEMORY_RULE, "warning", changes, text,
-                                  f"nvml-watchdog keeps its state in MEMORY ONLY: {text}. "
-                                  "Detection and alerting go on; incidents, silences and "
-                                  "learned levels since then are lost if the agent restarts "
-                                  f"before {db.dir} can be written again (free space, fix its "
-                                  "permissions or mount)")
-            elif kind == "disk":
-                self._resolve_agent(now, MEMORY_RULE, changes, "state written to disk again")
-            elif kind == "corrupt":
-                self._resolve_agent(now, CORRUPT_RULE, changes, "superseded")
-                self._raise_agent(now, CORRUPT_RULE, "warning", changes, text,
-                                  f"nvml-watchdog's state database was damaged: {text}. A "
-                                  "fresh one is in use with what could be read; learned waits "
-                                  "and levels that were lost are learned again")
-        old = self._agent.get(CORRUPT_RULE)
-        if old is not None and now - old.started_at >= CORRUPT_NOTICE_S:
-            self._resolve_agent(now, CORRUPT_RULE, changes, "notice period over")
-
-    def _raise_agent(self, now: float, rule: str, severity: str,
-                     changes: list[tuple[str, Incident]], error: str, summary: str) -> None:
-        if rule in self._agent:
-            return
-        inc = Incident(kind="agent", severity=severity, host=self.host or "localhost",
-                       gpus=[], uuids=[], started_at=now, fired_at=now, resolved_at=None,
-                       rule=rule, summary=summary, evidence={"error": error})
-        self._agent[rule] = inc
-        changes.append(("firing", inc))
-
-    def _resolve_agent(self, now: float, rule: str, changes: list[tuple[str, Incident]],
-                       why: str) -> None:
-        inc = self._agent.pop(rule, None)
-        if inc is None:
-            return
-        inc.resolved_at = now
-        inc.evidence["resolved_by"] = why
-        changes.append(("resolved", inc))
 
     def _store_incident(self, now: float, inc: Incident) -> None:
         entry = self._keys.get(id(inc))
@@ -442,12 +368,16 @@ class LivePipeline:
         self.store.save_learned(self.host, self.detector.learned_state(),
                                 self.detector.learned_levels(), now)
 
-    def replace_detector(self, make_detector: Callable[[LiveSource], Any]) -> None:
-        """New rules (SIGHUP): a new detector with the learned state carried over.
+    def replace_detector(self, make_detector: Callable[[LiveSource], Any] | None = None
+                         ) -> None:
+        """New rules (SIGHUP): a new detector (from ``make_detector``, else the factory the
+        pipeline has, which reads the rules in force) with the learned state carried over.
         Incidents active in the old one resolve now; they are raised again by the new
         rules if the condition persists (alerting's flap guard keeps that to one page)."""
         with self._lock:
-            self._make_detector = make_detector
+            if make_detector is not None:
+                self._make_detector = make_detector
+            make_detector = self._make_detector
             if self.source is None or self.detector is None:
                 return
             self.save()  # evaluates ticks the detector still buffers (tick_batch_s)
@@ -464,48 +394,7 @@ class LivePipeline:
 
     def status(self) -> dict[str, Any]:
         """The status document ``watchdog status`` prints (JSON-ready)."""
-        from watchdog import __version__
-
-        s = self.stats
-        devices = self.source.devices() if self.source is not None else []
-        waits = self.detector.learned_state() if self.detector is not None else {}
-        active = [] if self.detector is None else [
-            {"kind": i.kind, "severity": i.severity, "gpus": i.gpus, "rule": i.rule,
-             "started_at": i.started_at, "fired_at": i.fired_at, "summary": i.summary}
-            for i in self.detector.incidents if i.resolved_at is None and i.fired_at]
-        for d in [self._down, *self._agent.values()]:
-            if d is not None:
-                active.insert(0, {"kind": d.kind, "severity": d.severity, "gpus": [],
-                                  "rule": d.rule, "started_at": d.started_at,
-                                  "fired_at": d.fired_at, "summary": d.summary})
-        doc: dict[str, Any] = {
-            "version": __version__, "host": self.host, "source": self.spec,
-            "source_state": "ok" if self.source is not None else "unavailable",
-            "source_error": self.source_error, "interval_s": self.interval,
-            "started_at": self.started_at, "now": self.clock.now(),
-            "gpus": [{"index": d.index, "uuid": d.uuid, "name": d.name} for d in devices],
-            "ticks": s.ticks, "samples": s.samples, "missed_ticks": s.missed_ticks,
-            "source_errors": s.source_errors, "last_sample_at": s.last_sample_at,
-            "lag_s": {"last": s.last_lag_s, "max": s.max_lag_s},
-            "nvml_errors": {"total": s.nvml_errors, "by_gpu": dict(s.errors_by_gpu)},
-            "tick_cpu_ms": s.last_tick_ms,
-            "detect_ms": {"last": s.last_detect_ms, "max": s.max_detect_ms},
-            "notifications": s.notifications, "active_incidents": active,
-            "learned_waits": waits, **self.extra_status,
-        }
-        if self.store is not None:
-            doc["state_db"] = self.store.db.status()
-        offset = getattr(self.clock, "offset", None)
-        if offset is not None:
-            doc["clock_offset_s"] = round(offset(), 3)
-        if self.anomaly is not None and hasattr(self.anomaly, "status"):
-            doc["model"] = self.anomaly.status()
-        if self.notifier is not None and hasattr(self.notifier, "status"):
-            try:
-                doc["alerting"] = self.notifier.status()
-            except Exception as e:  # noqa: BLE001 - status must always answer
-                doc["alerting"] = {"error": str(e)}
-        return doc
+        return status_doc(self)
 
     def close(self, drain_s: float = 5.0) -> None:
         """Save what was learned, write a final status, drain alerts, close the source."""
@@ -515,7 +404,7 @@ class LivePipeline:
                 # one last try to put the state on disk, and say so if it worked
                 changes: list[tuple[str, Incident]] = []
                 self.store.db.try_disk(force=True)
-                self._storage_events(now, changes)
+                self.own.storage(now, self.store.db, changes)
                 if changes and self.notifier is not None:
                     try:
                         self.notifier.observe(changes)

@@ -19,9 +19,10 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from watchdog.detect.lang import LangError, compile_expr, tokenize
-from watchdog.detect.loader import Rule, RuleSet, _parse_learned, load_rules
-from watchdog.detect.ruletest import Case, load_cases, run_case
+from watchdog.detect.learned import parse_learned_wait
+from watchdog.detect.loader import Rule, RuleSet, load_rules
 from watchdog.errors import InputError
+from watchdog.pipeline.ruletest import Case, load_cases, run_case
 from watchdog.units import parse_duration
 
 FACTORS = (0.75, 1.33)
@@ -166,7 +167,7 @@ def apply(rule: Rule, m: Mutant) -> Rule | None:
             return dataclasses.replace(rule, clear=compile_expr(m.src, rule.scope))
         lm = re.match(r"^\s*learned\((.*)\)\s*$", m.src, re.S)
         if lm:
-            learned = _parse_learned(lm.group(1))
+            learned = parse_learned_wait(lm.group(1))
             return dataclasses.replace(rule, learned=learned, for_s=learned.default)
         return dataclasses.replace(rule, for_s=parse_duration(m.src, what="for"))
     except (LangError, InputError):

@@ -305,11 +305,11 @@ def build_frame(case: Case) -> Any:
 
 def run_case(case: Case, rules: Any = None) -> list[str]:
     """Run one case; returns failure lines (empty = pass)."""
-    from watchdog.detect import Detector, load_rules
-    from watchdog.pipeline.replay import feed_blocks
+    from watchdog.detect import load_rules
+    from watchdog.pipeline.core import build_detector, feed_blocks
 
     rules = rules if rules is not None else load_rules(case.rule_files)
-    det = Detector(rules, "test-host", case.devices)
+    det = build_detector(rules, host="test-host", devices=case.devices, mode="block")
     # in blocks of whole ticks, as replay feeds it (the same incidents as one frame, by
     # the engine's block == tick guarantee): the engine's memory stays that of a block
     feed_blocks(det, build_frame(case), sorted(case.xids, key=lambda x: x.ts),

@@ -55,3 +55,17 @@ class Progress:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+
+class Terminal:
+    """What ``watchdog replay`` shows a person (the pipeline's ``Feedback``): a bar when
+    ``show`` (a terminal, not ``--json``), each warning once on stderr."""
+
+    def __init__(self, show: bool) -> None:
+        self.show = show
+
+    def progress(self, total: int, name: str) -> Progress:
+        return Progress(total, name, self.show)
+
+    def warn(self, line: str) -> None:
+        print(f"watchdog: warning: {line}", file=sys.stderr)

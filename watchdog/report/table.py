@@ -11,36 +11,9 @@ from __future__ import annotations
 from collections.abc import Iterable, Sequence
 from datetime import UTC, datetime
 
-from watchdog.incident import Incident
+from watchdog.incident import Incident, duration, gpu_list
 
 HEADERS = ("KIND", "SEVERITY", "HOST", "GPUS", "START (UTC)", "FIRED", "RESOLVED", "SUMMARY")
-
-
-def gpu_list(gpus: Sequence[str]) -> str:
-    """Compact index list: ``["0","1","2","5"]`` -> ``"0-2,5"`` (non-numeric kept as is)."""
-    try:
-        nums = sorted({int(g) for g in gpus})
-    except ValueError:
-        return ",".join(gpus)
-    parts: list[str] = []
-    i = 0
-    while i < len(nums):
-        j = i
-        while j + 1 < len(nums) and nums[j + 1] == nums[j] + 1:
-            j += 1
-        parts.append(str(nums[i]) if i == j else f"{nums[i]}-{nums[j]}")
-        i = j + 1
-    return ",".join(parts) or "-"
-
-
-def duration(seconds: float) -> str:
-    """``42`` -> ``"42s"``, ``125`` -> ``"2m05s"``, ``7300`` -> ``"2h01m"``."""
-    s = round(seconds)
-    if s < 60:
-        return f"{s}s"
-    if s < 3600:
-        return f"{s // 60}m{s % 60:02d}s"
-    return f"{s // 3600}h{(s % 3600) // 60:02d}m"
 
 
 def _stamp(ts: float) -> str:

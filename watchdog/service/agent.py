@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from watchdog.clock import Clock
+from watchdog.pipeline.settings import Settings
 
 log = logging.getLogger("watchdog.agent")
 METRICS_RETRY_S = 10.0  # a metrics port that was taken is tried again this often
@@ -33,6 +34,8 @@ class Agent:
     metrics_at: tuple[str, int] | None = None
     metrics_error: str | None = None
     servers: list[Any] = field(default_factory=list)
+    load_config: Any = None  # path -> a validated config (SIGHUP); the command's loader
+    settings: Any = None  # the interval and rules in force (one owner, see Settings)
     _metrics_retry_at: float = 0.0
 
     def announce(self) -> None:
@@ -99,64 +102,68 @@ class Agent:
             log.info("stopped after %d ticks", p.stats.ticks)
 
     def reload(self) -> str:
-        """SIGHUP: re-read the config and rules; raise WatchdogError to keep the old ones."""
-        from watchdog import config as config_mod
+        """SIGHUP: re-read the config and rules; raise WatchdogError to keep the old ones.
+        The interval and the rules change for every part at once (:class:`Settings`)."""
         from watchdog.detect import load_rules
 
         if self.cfg.path is None:
             rules = load_rules(self.rules_override or None)
-            self.pipeline.replace_detector(_detector_factory(rules, self.pipeline))
+            self.settings.update(rules=rules)
+            self.pipeline.replace_detector()
             return f"rules reloaded ({len(rules)} rules)"
-        new = config_mod.load(self.cfg.path)
+        if self.load_config is None:
+            from watchdog.errors import WatchdogError
+
+            raise WatchdogError("this agent was built without a config loader")
+        new = self.load_config(self.cfg.path)
         rules = load_rules(self.rules_override or list(new.rules) or None)
         notes = []
         for key in ("source", "state_dir", "host", "metrics_listen", "record", "model",
                     "notify"):
             if getattr(new, key) != getattr(self.cfg, key):
                 notes.append(f"{key} changed: takes effect at the next restart")
-        self.pipeline.replace_detector(_detector_factory(rules, self.pipeline))
-        if new.interval != self.cfg.interval:
-            self.pipeline.interval = new.interval
+        changed = self.settings.update(interval=new.interval, rules=rules)
+        self.pipeline.replace_detector()
+        if "interval" in changed:
             notes.append(f"interval now {new.interval:g}s")
         self.cfg = new
         return "; ".join([f"{self.cfg.path}: {len(rules)} rules", *notes])
 
 
-def _detector_factory(rules: Any, pipeline: Any) -> Any:
-    from watchdog.detect import Detector
-    from watchdog.detect.engine import LIVE_TICK_BATCH_S
+def _detector_factory(settings: Settings, host: str | None) -> Any:
+    """Builds the live detector for a source's GPUs with the rules in force."""
+    from watchdog.pipeline.core import build_detector
 
     def make(source: Any) -> Any:
-        return Detector(rules, host=pipeline.host or source.host, devices=source.devices(),
-                        tick_batch_s=LIVE_TICK_BATCH_S)
+        return build_detector(settings.rules, host=host or source.host,
+                              devices=source.devices(), mode="live")
 
     return make
 
 
-def _anomaly(cfg: Any, sdir: Any, namespace: str, pipeline: Any) -> Any:
-    """The anomaly model hook for config ``model:`` (None when off)."""
+def _anomaly(cfg: Any, sdir: Any, namespace: str, host: str | None,
+             settings: Settings) -> Any:
+    """The anomaly model hook for config ``model:`` (None when off), following the
+    interval in force."""
     from pathlib import Path
 
     from watchdog.anomaly.auto import DaemonModel, parse
 
-    settings = parse(cfg.model, f"{cfg.path}:{cfg.lines.get('model', '?')}")
-    if settings is None:
+    model = parse(cfg.model, f"{cfg.path}:{cfg.lines.get('model', '?')}")
+    if model is None:
         return None
-
-    def gpu_model() -> str:
-        src = pipeline.source
-        names = [d.name for d in src.devices() if d.name] if src is not None else []
-        return names[0] if names else "unknown"
-
-    return DaemonModel(settings, Path(sdir) / f"anomaly-{namespace}.wdm", pipeline.host,
-                       pipeline.interval, gpu_model)
+    hook = DaemonModel(model, Path(sdir) / f"anomaly-{namespace}.wdm", host,
+                       settings.interval)
+    settings.subscribe(lambda s, changed: hook.set_interval(s.interval)
+                       if "interval" in changed else None)
+    return hook
 
 
 def _own_runbook(rule: str) -> str | None:
     """The shipped runbook page of an incident the agent raises itself (no rule file),
     found where the shipped rules find theirs (``../docs/runbooks/`` beside them)."""
     from watchdog.detect.loader import default_rules_dir
-    from watchdog.pipeline.live import OWN_RULES
+    from watchdog.pipeline.own import OWN_RULES
 
     kind = OWN_RULES.get(rule)
     if kind is None:
@@ -166,18 +173,15 @@ def _own_runbook(rule: str) -> str | None:
 
 
 def _notifier(cfg: Any, sinks: dict[str, Any] | None, db: Any, clock: Any, host: str | None,
-              pipeline: Any) -> Any:
+              settings: Settings) -> Any:
     """Alerting (``notify:`` with at least one sink), or None: console only."""
     if not sinks:
         return None
     from watchdog.notify.notifier import for_agent
 
     def rule_info(name: str) -> tuple[str, str | None]:
-        det = pipeline.detector
-        for r in getattr(det, "rules", ()) if det is not None else ():
-            if r.name == name:
-                return r.scope, getattr(r, "runbook", None)
-        return "node", _own_runbook(name)  # the agent's own node-level incidents
+        scope, runbook = settings.rule_info(name)
+        return scope, runbook or _own_runbook(name)
 
     real = getattr(clock, "real", clock.now)
     return for_agent(cfg.notify, db, clock.now, host or socket.gethostname(), rule_info,
@@ -186,8 +190,9 @@ def _notifier(cfg: Any, sinks: dict[str, Any] | None, db: Any, clock: Any, host:
 
 def build(cfg: Any, *, spec: str, options: Any, interval: float, speed: float,
           rules_override: list[str], state_dir: str | None, demo: bool, clock: Clock,
-          stop_after: float | None) -> Agent:
-    """Everything ``watchdog run`` needs, from a validated config and the command line.
+          stop_after: float | None, load_config: Any = None) -> Agent:
+    """Everything ``watchdog run`` needs, from a validated config and the command line,
+    in one pass: every collaborator is built before the pipeline that uses it.
 
     Order matters: the state directory is locked first (a second agent changes nothing),
     then everything that can refuse the start is checked (rules, sinks and their secrets,
@@ -205,43 +210,35 @@ def build(cfg: Any, *, spec: str, options: Any, interval: float, speed: float,
     sdir = resolve_state_dir(state_dir or cfg.state_dir)
     lock = acquire(sdir)
     try:
-        rules = load_rules(rules_override or list(cfg.rules) or None)
+        settings = Settings(interval, load_rules(rules_override or list(cfg.rules) or None))
         sinks = None
         if cfg.notify is not None and cfg.notify.sinks:
             from watchdog.notify.notifier import build_sinks
 
             sinks = build_sinks(cfg.notify)
-        from watchdog.anomaly.auto import parse as parse_model
-
-        parse_model(cfg.model, f"{cfg.path}:{cfg.lines.get('model', '?')}")
         namespace = "sim" if kind_of(spec) == "sim" else "nvml"
+        host = options.host or (None if namespace == "sim" else socket.gethostname())
+        anomaly = _anomaly(cfg, sdir, namespace, host, settings)
+        recorder = None
+        if cfg.record is not None:
+            from watchdog.service.recorder import Recorder
+
+            recorder = Recorder(cfg.record.dir, cfg.record.keep_s, source=spec, host=host)
         db = StateDB(sdir)
         store = AgentStore(db, namespace)
     except BaseException:
         lock.release()
         raise
-    host = options.host or (None if namespace == "sim" else socket.gethostname())
-    recorder_box: list[Any] = []
-
-    def open_source(now: float) -> Any:
-        src = open_live(spec, options, start=now)
-        if cfg.record is not None and not recorder_box:
-            from watchdog.service.recorder import Recorder
-
-            recorder_box.append(Recorder(cfg.record.dir, cfg.record.keep_s, host=src.host,
-                                         devices=src.devices(), source=spec))
-            pipeline.recorder = recorder_box[0]
-        return src
-
-    pipeline = LivePipeline(open_source, lambda src: None, clock, spec=spec,
-                            interval=interval, store=store,
-                            notifiers=[IncidentLog(clock.now, stamp=speed != 1)], host=host)
-    pipeline._make_detector = _detector_factory(rules, pipeline)
-    pipeline.notifier = _notifier(cfg, sinks, db, clock, host, pipeline)
-    pipeline.anomaly = _anomaly(cfg, sdir, namespace, pipeline)
-    agent = Agent(cfg=cfg, spec=spec, pipeline=pipeline, daemon=None,
-                  rules_override=rules_override, state_dir=sdir, lock=lock, db=db)
+    pipeline = LivePipeline(
+        lambda now: open_live(spec, options, start=now), _detector_factory(settings, host),
+        clock, spec=spec, settings=settings, store=store,
+        notifiers=[IncidentLog(clock.now, stamp=speed != 1)],
+        notifier=_notifier(cfg, sinks, db, clock, host, settings), recorder=recorder,
+        host=host, anomaly=anomaly)
     stop_at = clock.now() + stop_after if stop_after is not None else None
+    agent = Agent(cfg=cfg, spec=spec, pipeline=pipeline, daemon=None,
+                  rules_override=rules_override, state_dir=sdir, lock=lock, db=db,
+                  load_config=load_config, settings=settings)
     agent.daemon = Daemon(pipeline, interval=interval, speed=speed, stop_at=stop_at,
                           reload=agent.reload, maintain=agent.maintain)
     if cfg.metrics_listen:

@@ -87,7 +87,7 @@ class Daemon:
                  sd: Notifier | None = None,
                  maintain: Callable[[], None] | None = None) -> None:
         self.pipeline = pipeline
-        self.interval = interval
+        self._interval = interval
         self.speed = speed
         self.stop_at = stop_at
         self._reload = reload
@@ -102,8 +102,21 @@ class Daemon:
         self._last_tick_end = time.monotonic()
         self._tick_started: float | None = None
         self._ticker: Ticker | None = None
+        settings = getattr(pipeline, "settings", None)
+        if settings is not None:  # one owner of the interval: a reload reaches the ticker
+            settings.subscribe(self._settings_changed)
         self.reload_state: dict[str, Any] | None = None  # the last SIGHUP: at, ok, message
         self.on_ready: Callable[[], None] | None = None
+
+    @property
+    def interval(self) -> float:
+        """The sampling period (s of the pipeline's clock): the pipeline's settings own it."""
+        settings = getattr(self.pipeline, "settings", None)
+        return settings.interval if settings is not None else self._interval
+
+    def _settings_changed(self, settings: Any, changed: frozenset[str]) -> None:
+        if "interval" in changed and self._ticker is not None:
+            self._ticker.set_period(settings.interval / self.speed)
 
     # --- signals ---------------------------------------------------------------------------
     def install_signals(self) -> None:
@@ -216,11 +229,6 @@ class Daemon:
         else:
             log.info("reloaded: %s", what)
             self.reload_state = {"at": at, "ok": True, "message": what}
-            new_interval = getattr(self.pipeline, "interval", self.interval)
-            if new_interval != self.interval:
-                self.interval = new_interval
-                if self._ticker is not None:
-                    self._ticker.set_period(new_interval / self.speed)
         self.pipeline.extra_status["reload"] = self.reload_state
         self.sd.send("READY=1", f"STATUS={self._status_line()}")
 

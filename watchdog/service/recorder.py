@@ -19,10 +19,15 @@ ROTATE_S = 3600.0
 
 
 class Recorder:
-    """Writes samples into hourly files under ``directory``; prunes files past ``keep_s``."""
+    """Writes samples into hourly files under ``directory``; prunes files past ``keep_s``.
 
-    def __init__(self, directory: str | os.PathLike[str], keep_s: float, *, host: str,
-                 devices: list[DeviceInfo], source: str) -> None:
+    Built with the agent (the folder is checked at start); :meth:`open` names the host and
+    GPUs once the source has been opened (the pipeline calls it), before the first write.
+    """
+
+    def __init__(self, directory: str | os.PathLike[str], keep_s: float, *,
+                 source: str, host: str | None = None,
+                 devices: list[DeviceInfo] | None = None) -> None:
         self.dir = Path(directory)
         try:
             self.dir.mkdir(parents=True, exist_ok=True)
@@ -30,11 +35,18 @@ class Recorder:
             raise InputError(f"record.dir {self.dir}: cannot create: {e.strerror or e}") \
                 from None
         self.keep_s = keep_s
-        self.host = host
-        self.devices = devices
+        self.host = host or "localhost"
+        self.devices = list(devices or [])
         self.source = source
         self._writer = None
         self._opened_at = 0.0
+
+    def open(self, host: str, devices: list[DeviceInfo]) -> None:
+        """The source's host and GPUs (a reopened source may bring other GPUs: the next
+        write starts a new file for them)."""
+        if host != self.host or list(devices) != self.devices:
+            self.close()
+        self.host, self.devices = host, list(devices)
 
     def write(self, now: float, samples: list[Sample]) -> None:
         """Append one tick; rotate at the hour. Errors are logged, never raised."""
@@ -49,7 +61,7 @@ class Recorder:
             self._writer = None
 
     def _rotate(self, now: float) -> None:
-        from watchdog.sources.replay.recording import RecordingWriter
+        from watchdog.sources.replay.recording_writer import RecordingWriter
 
         self.close()
         stamp = datetime.fromtimestamp(now, tz=UTC).strftime("%Y%m%dT%H%M%SZ")

@@ -29,11 +29,17 @@ class SourceOptions:
     tz: str | None = None  # zone of naive log timestamps (replay); None = UTC
 
 
+def is_sim(spec: str) -> bool:
+    """Whether a ``--source`` value or replay input names the simulated node (``sim`` or
+    ``sim:…``), not a file: ``simple.csv`` is a file. The one place this is decided."""
+    return spec == "sim" or spec.startswith("sim:")
+
+
 def kind_of(spec: str) -> str:
     """``"nvml"``, ``"sim"`` or ``"replay"`` for a ``--source`` value."""
     if spec == "nvml":
         return "nvml"
-    if spec == "sim" or spec.startswith("sim:"):
+    if is_sim(spec):
         return "sim"
     return "replay"
 

@@ -37,6 +37,7 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 from watchdog.errors import InputError
+from watchdog.state import salvage
 from watchdog.state.db import DB_NAME, StateOpenError, connect, migrate
 
 log = logging.getLogger("watchdog.state")
@@ -190,21 +191,21 @@ class StateDB:
 
     def _corrupt_at_start(self, why: str) -> None:
         aside = self._move_aside()
-        salvage = _salvage_from(aside) if aside else None
+        saved = salvage.salvage_from(aside) if aside else None
         self._event("corrupt", f"{self.path} was corrupt ({why}): moved aside to {aside}"
                     if aside else f"{self.path} is corrupt ({why}) and could not be moved "
                     "aside")
         try:
             conn = connect(self.dir, create=self._create)
-            if salvage is not None:
-                _copy_tables(salvage, conn)
+            if saved is not None:
+                salvage.copy_tables(saved, conn)
             self._remember(conn)
             self._local.conn = (self.generation, conn)
         except (InputError, sqlite3.Error) as e2:
             self._to_memory(f"cannot start a fresh {self.path}: {_short(e2)}",
-                            copy=lambda: salvage)
-        if salvage is not None:
-            salvage.close()
+                            copy=lambda: saved)
+        if saved is not None:
+            saved.close()
 
     # --- components --------------------------------------------------------------------------
     def migrate(self, component: str, steps: Sequence[str]) -> None:
@@ -266,7 +267,7 @@ class StateDB:
                           copy: Callable[[], sqlite3.Connection | None] | None = None,
                           announce: bool = True) -> None:
         src = copy() if copy is not None else self._any_disk_conn()
-        mem, copied = _copy_to_memory(src)
+        mem, copied = salvage.copy_to_memory(src)
         if src is not None and copy is not None:
             src.close()
         self._install_schema(mem)
@@ -364,7 +365,7 @@ class StateDB:
         except InputError:
             return False
         try:
-            _merge_silences(disk, self._mem)
+            salvage.merge_silences(disk, self._mem)
             self._mem.backup(disk)
             disk.execute("PRAGMA quick_check").fetchone()
         except sqlite3.Error as e:
@@ -441,88 +442,3 @@ def _rollback(conn: sqlite3.Connection) -> None:
 def _short(e: BaseException) -> str:
     text = str(e).strip().splitlines()
     return (text[0] if text else type(e).__name__)[:200]
-
-
-def _copy_to_memory(src: sqlite3.Connection | None) -> tuple[sqlite3.Connection, bool]:
-    """A new in-memory database holding what ``src`` holds: the whole file (backup API)
-    when it is sound, else the tables that can still be read. ``(memory, copied any)``."""
-    mem = sqlite3.connect(":memory:", check_same_thread=False, isolation_level=None)
-    if src is None:
-        return mem, False
-    try:
-        src.backup(mem)
-        if mem.execute("PRAGMA quick_check").fetchone()[0] == "ok":
-            return mem, True
-    except sqlite3.Error:
-        pass
-    mem.close()  # a damaged copy would fail every unit: salvage table by table instead
-    mem = sqlite3.connect(":memory:", check_same_thread=False, isolation_level=None)
-    return mem, _copy_tables(src, mem) > 0
-
-
-def _salvage_from(path: Path) -> sqlite3.Connection | None:
-    """An in-memory copy of what can still be read from a damaged database file."""
-    try:
-        src = sqlite3.connect(f"file:{path}?mode=ro", uri=True)
-    except sqlite3.Error:
-        return None
-    mem = sqlite3.connect(":memory:", check_same_thread=False, isolation_level=None)
-    try:
-        n = _copy_tables(src, mem)
-    finally:
-        src.close()
-    if n == 0:
-        mem.close()
-        return None
-    return mem
-
-
-def _copy_tables(src: sqlite3.Connection, dst: sqlite3.Connection) -> int:
-    """Copy the schema, then each table whose rows can be read; returns rows copied. A
-    damaged table starts empty, the rest survive."""
-    try:
-        schema = src.execute("SELECT type, name, sql FROM sqlite_master WHERE sql IS NOT NULL "
-                             "AND name NOT LIKE 'sqlite_%' ORDER BY type = 'index'").fetchall()
-    except sqlite3.Error:
-        return 0
-    for _type, _name, sql in schema:
-        try:
-            dst.execute(sql.replace("CREATE TABLE", "CREATE TABLE IF NOT EXISTS", 1)
-                        .replace("CREATE INDEX", "CREATE INDEX IF NOT EXISTS", 1))
-        except sqlite3.Error:
-            continue
-    copied = 0
-    for type_, name, _sql in schema:
-        if type_ != "table":
-            continue
-        try:
-            rows = src.execute(f'SELECT * FROM "{name}"').fetchall()
-            if rows:
-                marks = ", ".join("?" * len(rows[0]))
-                dst.executemany(f'INSERT OR REPLACE INTO "{name}" VALUES ({marks})', rows)
-            copied += len(rows)
-        except sqlite3.Error:
-            continue
-    return copied
-
-
-def _merge_silences(disk: sqlite3.Connection, mem: sqlite3.Connection) -> None:
-    """Silences added or expired on disk by ``watchdog silence`` while the agent ran in
-    memory (the disk had room for them, not yet for the agent): keep them, or writing the
-    memory copy back would drop them."""
-    cols = "host, gpu, kind, starts_at, ends_at, comment, created_by"
-    try:
-        rows = disk.execute(f"SELECT {cols}, expired_at FROM notify_silences").fetchall()
-        have = {r[:-1]: r[-1] for r in mem.execute(
-            f"SELECT {cols}, expired_at FROM notify_silences")}
-    except sqlite3.Error:
-        return
-    for r in rows:
-        key, expired = r[:-1], r[-1]
-        if key not in have:
-            mem.execute(f"INSERT INTO notify_silences ({cols}, expired_at) VALUES "
-                        "(?, ?, ?, ?, ?, ?, ?, ?)", r)
-        elif expired is not None and have[key] is None:
-            mem.execute("UPDATE notify_silences SET expired_at = ? WHERE host IS ? AND gpu IS ? "
-                        "AND kind IS ? AND starts_at = ? AND ends_at = ? AND comment = ? AND "
-                        "created_by = ?", (expired, *key))

@@ -4,7 +4,7 @@ The repository's root ``conftest.py`` enables it for the shipped rules; a site w
 own rules folder can enable it too (``pytest -p watchdog.testing.pytest_rules``). Files
 are collected when they sit in a ``tests`` folder beside rule files (``../*.yaml``).
 
-Each case runs through :func:`watchdog.detect.ruletest.run_case`, the same code as
+Each case runs through :func:`watchdog.pipeline.ruletest.run_case`, the same code as
 ``watchdog rules test``; a failure shows the expected-versus-got diff.
 """
 
@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from watchdog.detect import ruletest
+from watchdog.pipeline import ruletest
 
 
 def pytest_collect_file(parent: pytest.Collector, file_path: Path) -> pytest.Collector | None:

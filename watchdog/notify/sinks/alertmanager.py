@@ -23,8 +23,7 @@ from watchdog.errors import InputError
 from watchdog.incident import iso
 from watchdog.notify import render
 from watchdog.notify.base import Accepted, Alert, Notification, Result
-from watchdog.notify.sinks.common import ca_context, check_keys, positive, secret
-from watchdog.notify.sinks.webhook import post_json
+from watchdog.notify.sinks.common import ca_context, check_keys, positive, post_json, secret
 from watchdog.units import parse_duration
 
 

@@ -9,6 +9,7 @@ registered secrets removed again (:func:`clean`) where they quote a reply or an 
 
 from __future__ import annotations
 
+import json
 import math
 import os
 import re
@@ -21,6 +22,7 @@ from typing import Any
 
 from watchdog.errors import InputError
 from watchdog.logs import redact, register_secret
+from watchdog.notify import http
 from watchdog.notify.base import Accepted, Failed, Result, Retry
 from watchdog.notify.http import HttpFailure, redirect_message
 
@@ -160,3 +162,19 @@ def by_status(status: int, body: str, headers: Any, memory: dict[str, Any] | Non
     if status in (408, 425, 429) or status >= 500:
         return Retry(text, retry_after(headers.get("Retry-After") if headers else None), mem)
     return Failed(text, mem)
+
+
+def post_json(url: str, payload: Any, headers: dict[str, str], timeout: float,
+              memory: dict[str, Any] | None = None,
+              ssl_context: ssl.SSLContext | None = None) -> Result:
+    """POST ``payload`` through the guarded request (``timeout``: its one deadline); the
+    reply mapped by :func:`by_status` (a 3xx is Failed, never followed); no usable reply
+    is Retry with a message naming the host only."""
+    data = json.dumps(payload).encode()
+    try:
+        r = http.request("POST", url, data, {"Content-Type": "application/json", **headers},
+                         deadline_s=timeout, ssl_context=ssl_context)
+    except http.HttpFailure as e:
+        return failure_result(e, "", memory)
+    # a receiver quoting the URL back: by_status removes it (registered as a secret)
+    return by_status(r.status, r.body.decode(errors="replace"), r.headers, memory, url=url)

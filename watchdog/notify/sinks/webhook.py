@@ -19,28 +19,25 @@ the secret: an inline ``url:`` is treated as one too and never appears in a log 
 
 from __future__ import annotations
 
-import json
 import ssl
 from dataclasses import dataclass
 from typing import Any
 
 from watchdog.errors import InputError
-from watchdog.notify import http, render
+from watchdog.notify import render
 from watchdog.notify.base import Notification, Result
+from watchdog.notify.sinks.alertmanager import am_alert
 from watchdog.notify.sinks.common import (
-    by_status,
     ca_context,
     check_keys,
-    failure_result,
     keep_secret,
     positive,
+    post_json,
     secret,
 )
 
 
 def body(n: Notification, receiver: str = "webhook") -> dict[str, Any]:
-    from watchdog.notify.sinks.alertmanager import am_alert
-
     firing = any(a.status == "firing" for a in n.alerts)
     alerts = []
     for a in n.alerts:
@@ -62,22 +59,6 @@ def body(n: Notification, receiver: str = "webhook") -> dict[str, Any]:
             "commonAnnotations": common_ann, "externalURL": "", "alerts": alerts,
             "id": n.id, "reason": n.reason, "group_key": n.group_key,
             "title": render.title(n), "text": render.as_text(n), "changed": list(n.changed)}
-
-
-def post_json(url: str, payload: Any, headers: dict[str, str], timeout: float,
-              memory: dict[str, Any] | None = None,
-              ssl_context: ssl.SSLContext | None = None) -> Result:
-    """POST ``payload`` through the guarded request (``timeout``: its one deadline); the
-    reply mapped by :func:`by_status` (a 3xx is Failed, never followed); no usable reply
-    is Retry with a message naming the host only."""
-    data = json.dumps(payload).encode()
-    try:
-        r = http.request("POST", url, data, {"Content-Type": "application/json", **headers},
-                         deadline_s=timeout, ssl_context=ssl_context)
-    except http.HttpFailure as e:
-        return failure_result(e, "", memory)
-    # a receiver quoting the URL back: by_status removes it (registered as a secret)
-    return by_status(r.status, r.body.decode(errors="replace"), r.headers, memory, url=url)
 
 
 @dataclass

@@ -12,10 +12,20 @@ values arrive a tick after start (and a tick after a failed sample) as before.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
-if TYPE_CHECKING:
-    from watchdog.sources.nvml.reader import DeviceReader
+
+class DeviceReader(Protocol):
+    """What GPM sampling needs of :class:`watchdog.sources.nvml.reader.DeviceReader` (a
+    Protocol, so this module does not import the reader that imports it)."""
+
+    nv: Any  # the nvidia-ml-py module
+    runs_on: Any  # the lane its calls run on (deadlines)
+
+    def call(self, group: str, fn: str, *args: Any) -> Any: ...
+
+    def classify(self, group: str, fn: str, e: BaseException) -> Any: ...
+
 
 # NVML_GPM_METRIC_* id -> catalogue name (all in percent)
 METRICS: tuple[tuple[int, str], ...] = (

@@ -1,0 +1,98 @@
+"""The node-level incidents the agent raises about itself, not through a rule.
+
+* ``nvml_error`` (rule ``nvml_unavailable``, critical): the GPUs cannot be read at all (no
+  NVML library, the driver not loaded, every reading failing for 30 s). No GPU on the node
+  is watched until it resolves, when the source opens again.
+* ``agent`` (rule ``state_memory_only``, warning): the state database cannot be written
+  (:mod:`watchdog.state.statedb`): the agent runs from memory; resolved once the state is
+  on disk again.
+* ``agent`` (rule ``state_corrupt``, warning): a damaged ``state.db`` was moved aside and
+  a fresh one started; a notice that resolves after :data:`CORRUPT_NOTICE_S`.
+
+Each is one incident at a time (a second cause while one is active changes nothing), and
+goes to the store, the log and the sinks like any rule's (``docs/runbooks/nvml_error.md``,
+``docs/runbooks/agent.md``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+from watchdog.incident import Incident
+
+UNAVAILABLE_RULE = "nvml_unavailable"
+MEMORY_RULE = "state_memory_only"
+CORRUPT_RULE = "state_corrupt"
+CORRUPT_NOTICE_S = 900.0  # a corrupt database moved aside stays an active incident this long
+#: the agent's own rules -> their kinds (for the runbook a page names)
+OWN_RULES = {UNAVAILABLE_RULE: "nvml_error", MEMORY_RULE: "agent", CORRUPT_RULE: "agent"}
+DRIVER_CHECKS = "check the driver (nvidia-smi, dmesg | grep -i nvrm)"
+
+Changes = list[tuple[str, Incident]]
+
+
+class OwnIncidents:
+    """The agent's own incidents; ``host()`` names the node (known once a source opened)."""
+
+    def __init__(self, host: Callable[[], str | None]) -> None:
+        self._host = host
+        self.active: dict[str, Incident] = {}  # by rule
+
+    def _raise(self, now: float, rule: str, kind: str, severity: str, summary: str,
+               error: str, changes: Changes) -> None:
+        if rule in self.active:
+            return
+        inc = Incident(kind=kind, severity=severity, host=self._host() or "localhost",
+                       gpus=[], uuids=[], started_at=now, fired_at=now, resolved_at=None,
+                       rule=rule, summary=summary, evidence={"error": error})
+        self.active[rule] = inc
+        changes.append(("firing", inc))
+
+    def resolve(self, now: float, rule: str, why: str, changes: Changes) -> Incident | None:
+        """Resolve ``rule``'s incident (if active); returns it."""
+        inc = self.active.pop(rule, None)
+        if inc is None:
+            return None
+        inc.resolved_at = now
+        inc.evidence["resolved_by"] = why
+        changes.append(("resolved", inc))
+        return inc
+
+    # --- the GPUs cannot be read --------------------------------------------------------
+    def source_down(self, now: float, why: str, changes: Changes,
+                    remedy: str | None = None) -> None:
+        """``why``: the cause in words; ``remedy``: what to do (driver checks by default)."""
+        self._raise(now, UNAVAILABLE_RULE, "nvml_error", "critical",
+                    f"cannot read the GPUs on this node: {why}. No GPU here is being watched; "
+                    f"{remedy or DRIVER_CHECKS}", why, changes)
+
+    def source_up(self, now: float, changes: Changes) -> bool:
+        """The source opened: resolve ``nvml_error``; whether one was active."""
+        return self.resolve(now, UNAVAILABLE_RULE, "the GPUs can be read again",
+                            changes) is not None
+
+    # --- the state database ---------------------------------------------------------------
+    def storage(self, now: float, db: Any, changes: Changes) -> None:
+        """The state database's news since the last tick (:meth:`StateDB.take_events`) as
+        incidents; also gives it its chance to go back to disk (paced by itself)."""
+        db.try_disk()
+        for kind, text in db.take_events():
+            if kind == "memory":
+                self._raise(now, MEMORY_RULE, "agent", "warning",
+                            f"nvml-watchdog keeps its state in MEMORY ONLY: {text}. Detection "
+                            "and alerting go on; incidents, silences and learned levels since "
+                            f"then are lost if the agent restarts before {db.dir} can be "
+                            "written again (free space, fix its permissions or mount)",
+                            text, changes)
+            elif kind == "disk":
+                self.resolve(now, MEMORY_RULE, "state written to disk again", changes)
+            elif kind == "corrupt":
+                self.resolve(now, CORRUPT_RULE, "superseded", changes)
+                self._raise(now, CORRUPT_RULE, "agent", "warning",
+                            f"nvml-watchdog's state database was damaged: {text}. A fresh one "
+                            "is in use with what could be read; learned waits and levels that "
+                            "were lost are learned again", text, changes)
+        old = self.active.get(CORRUPT_RULE)
+        if old is not None and now - old.started_at >= CORRUPT_NOTICE_S:
+            self.resolve(now, CORRUPT_RULE, "notice period over", changes)
