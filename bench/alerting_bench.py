@@ -20,7 +20,7 @@ from pathlib import Path
 from watchdog.incident import Incident
 from watchdog.notify.config import NotifyConfig, SinkSpec
 from watchdog.notify.notifier import Notifier, build_sinks
-from watchdog.state.statedb import StateDB
+from watchdog.store.store import Store
 from watchdog.testing.httpserver import Reply, Request, Server, self_signed_cert
 
 T0 = 1_800_000_000.0
@@ -48,7 +48,7 @@ def info(rule: str) -> tuple[str, str | None]:
 def notifier(state: Path, url: str, clock: Clock) -> Notifier:
     cfg = NotifyConfig(sinks=(SinkSpec("hook", "webhook", {"url": url}, "bench"),),
                        group_wait=10, group_interval=30, resolve_hold=60)
-    return Notifier(cfg, StateDB(state), clock, "node7", info, build_sinks(cfg))
+    return Notifier(cfg, Store(state), clock, "node7", info, build_sinks(cfg))
 
 
 def step(n: Notifier, clock: Clock, seconds: float, dt: float = 1.0) -> None:
@@ -220,7 +220,7 @@ def _real_notifier(d: Path, pd: Server, slack: Server, cert: str, clock: FastClo
         SinkSpec("slack", "slack", {"token_env": "BENCH_SLACK_TOKEN", "channel": "#b",
                                     "api_url": slack.url + "/api/"}, "bench")),
         group_wait=10, group_interval=30, resolve_hold=30)
-    return Notifier(cfg, StateDB(d / "state"), clock, "bench", info, build_sinks(cfg),
+    return Notifier(cfg, Store(d / "state"), clock, "bench", info, build_sinks(cfg),
                     wall=clock, speed=speed)
 
 

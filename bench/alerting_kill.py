@@ -24,7 +24,7 @@ def main(argv: list[str]) -> int:
     from watchdog.incident import Incident
     from watchdog.notify.config import NotifyConfig, SinkSpec
     from watchdog.notify.notifier import Notifier, build_sinks
-    from watchdog.state.statedb import StateDB
+    from watchdog.store.store import Store
 
     state, pd_url, ca, slack_url = argv
     sd = Path(state)
@@ -47,7 +47,7 @@ def main(argv: list[str]) -> int:
         SinkSpec("slack", "slack", {"token_env": "BENCH_SLACK_TOKEN", "channel": "#b",
                                     "api_url": slack_url + "/api/"}, "bench")),
         group_wait=10, group_interval=30, resolve_hold=30, restart_grace=120)
-    n = Notifier(cfg, StateDB(sd), sim, "bench", lambda r: ("gpu", None),
+    n = Notifier(cfg, Store(sd), sim, "bench", lambda r: ("gpu", None),
                  build_sinks(cfg), wall=sim, speed=SPEED)
     live: dict[int, Incident] = {}
     while True:

@@ -121,7 +121,7 @@ def replay_json(path: Path) -> int:
 def tick_cost(gpus: int, ticks: int) -> float:
     """Microseconds per ``feed_tick`` of ``gpus`` healthy busy GPUs (after a warm-up)."""
     from watchdog.detect import Detector, load_rules
-    from watchdog.model import DeviceInfo, Sample
+    from watchdog.records import DeviceInfo, Sample
 
     devs = [DeviceInfo(index=i, uuid=f"GPU-{i}", name="NVIDIA H100 80GB HBM3",
                        power_limit_enforced_w=700.0, clocks_max_sm_mhz=1980.0,

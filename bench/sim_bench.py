@@ -18,7 +18,7 @@ import argparse
 import statistics
 import time
 
-from watchdog.model import Sample
+from watchdog.records import Sample
 from watchdog.sources.sim import MODELS, SimSource
 
 START = 1_750_000_000.0

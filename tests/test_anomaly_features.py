@@ -132,7 +132,7 @@ def test_last_window_equals_the_last_row_of_compute(T: int, with_ceil: bool, G: 
 
 def test_live_window_stacks_only_what_it_needs_and_matches_the_whole_history() -> None:
     from watchdog.anomaly.runner import ROW_AT, LiveAnomaly
-    from watchdog.model import Sample
+    from watchdog.records import Sample
 
     rng = np.random.default_rng(7)
     live = LiveAnomaly(None, "node", 1.0)

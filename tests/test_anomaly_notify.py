@@ -15,7 +15,7 @@ from watchdog.anomaly.explain import WORDS
 from watchdog.notify.config import NotifyConfig, SinkSpec
 from watchdog.notify.policy import Policy
 from watchdog.notify.sinks.slack import render_blocks
-from watchdog.state.statedb import StateDB
+from watchdog.store.store import Store
 
 
 def test_an_anomaly_notification_carries_the_explanation(tmp_path: Path) -> None:
@@ -31,7 +31,7 @@ def test_an_anomaly_notification_carries_the_explanation(tmp_path: Path) -> None
     cfg = NotifyConfig(sinks=(SinkSpec("slack", "log", {}, "x"),), group_wait=0.0,
                        group_interval=60.0, resolve_hold=120.0)
     now = float(inc.fired_at or inc.started_at)
-    policy = Policy(cfg, StateDB(tmp_path), inc.host,
+    policy = Policy(cfg, Store(tmp_path), inc.host,
                     lambda rule: ("gpu", None), now)
     policy.observe([("firing", inc)], now)
     notes = policy.tick(now + 1.0, {"slack": object()})

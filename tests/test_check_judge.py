@@ -9,7 +9,7 @@ import pytest
 from watchdog import reasons
 from watchdog.check import judge as J
 from watchdog.check.judge import Status
-from watchdog.model import DeviceInfo, Sample, XidEvent
+from watchdog.records import DeviceInfo, Sample, XidEvent
 
 H100 = DeviceInfo(index=0, uuid="GPU-0", name="NVIDIA H100 80GB HBM3",
                   power_limit_enforced_w=700.0, clocks_max_sm_mhz=1980.0,

@@ -9,7 +9,7 @@ import re
 from watchdog import reasons
 from watchdog.check import report, table
 from watchdog.check.judge import judge
-from watchdog.model import DeviceInfo, Sample, XidEvent
+from watchdog.records import DeviceInfo, Sample, XidEvent
 
 DEV = [DeviceInfo(index=i, uuid=f"GPU-{i}", name="NVIDIA H100 80GB HBM3",
                   power_limit_enforced_w=700.0, clocks_max_sm_mhz=1980.0,

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from watchdog.check.probe import burst_live, burst_recorded, readings
 from watchdog.clock import ManualClock
-from watchdog.model import DeviceInfo, Sample
+from watchdog.records import DeviceInfo, Sample
 
 
 class TinySource:

@@ -20,7 +20,7 @@ from watchdog.check.rules import BURST_SIGNATURES, burst_rules, needs_time
 from watchdog.cli import main
 from watchdog.detect.loader import load_rules
 from watchdog.detect.rows import codes_by_first
-from watchdog.model import DeviceInfo, Sample
+from watchdog.records import DeviceInfo, Sample
 
 RULES = Path(__file__).resolve().parents[1] / "rules"
 H100 = DeviceInfo(index=0, uuid="GPU-0", name="NVIDIA H100 80GB HBM3",

@@ -13,7 +13,7 @@ from hypothesis import strategies as st
 
 from tests.test_detect_engine import METRICS, RULES, T0, devices, random_frame, summary_of
 from watchdog.detect import Detector, load_rules
-from watchdog.model import Sample, XidEvent
+from watchdog.records import Sample, XidEvent
 
 
 def ticks_of(frame: pd.DataFrame, xids: list[XidEvent]) -> list[tuple[float, list[Sample]]]:

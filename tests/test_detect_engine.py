@@ -13,7 +13,7 @@ from hypothesis import strategies as st
 
 from watchdog.detect import Detector, RuleSet
 from watchdog.detect.loader import parse_rules_text
-from watchdog.model import DeviceInfo, Sample, XidEvent
+from watchdog.records import DeviceInfo, Sample, XidEvent
 
 T0 = 1_750_000_000.0
 RULES = RuleSet(parse_rules_text("""

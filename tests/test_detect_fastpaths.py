@@ -12,7 +12,7 @@ from watchdog.detect.rows import by_gpu as _by_gpu
 from watchdog.detect.rows import factorize as _factorize
 from watchdog.detect.rows import ticks as _ticks
 from watchdog.detect.signals import Block
-from watchdog.model import DeviceInfo
+from watchdog.records import DeviceInfo
 
 
 @st.composite

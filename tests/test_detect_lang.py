@@ -9,7 +9,7 @@ from watchdog.detect.evaluate import Evaluator
 from watchdog.detect.lang import Binary, Call, LangError, Name, Num, compile_expr, parse
 from watchdog.detect.learned import PowerLevels
 from watchdog.detect.signals import Block
-from watchdog.model import DeviceInfo
+from watchdog.records import DeviceInfo
 
 
 def test_precedence_and_units() -> None:

@@ -19,7 +19,7 @@ from watchdog.detect import Detector, RuleSet
 from watchdog.detect import windows as W
 from watchdog.detect.loader import parse_rules_text
 from watchdog.detect.windows import KINDS, Layout, Segments, Series, Window, WindowSet
-from watchdog.model import DeviceInfo
+from watchdog.records import DeviceInfo
 
 
 def episodes() -> tuple[np.ndarray, np.ndarray]:

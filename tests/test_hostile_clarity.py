@@ -19,8 +19,8 @@ from watchdog.incident import Incident
 from watchdog.notify import render
 from watchdog.notify import store as st
 from watchdog.notify.base import Alert, Notification
-from watchdog.notify_console import ConsoleNotifier
-from watchdog.state import connect
+from watchdog.notify.console import ConsoleNotifier
+from watchdog.store import connect
 
 REPO = Path(__file__).resolve().parent.parent
 T0 = 1_800_000_000.0

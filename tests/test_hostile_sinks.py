@@ -30,7 +30,7 @@ from watchdog.notify.base import Accepted, Alert, Failed, Notification, Retry
 from watchdog.notify.deliver import RETRY_AFTER_MAX_S, Worker
 from watchdog.notify.sinks import build_sink
 from watchdog.notify.sinks.common import retry_after
-from watchdog.state import connect
+from watchdog.store import connect
 from watchdog.testing.httpserver import (
     Reply,
     Server,

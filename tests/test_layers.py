@@ -9,7 +9,7 @@ The layers, top to bottom (a module may import its own layer and the ones below)
 1. ``commands``, ``config`` (the daemon's config file), ``testing`` (tools for tests)
 2. ``service`` (the running agent), ``check`` (the probe), ``report`` (tables, plots)
 3. ``pipeline`` (samples to incidents, for every command)
-4. ``detect``, ``anomaly``, ``notify``, ``sources``, ``state``, ``notify_console``
+4. ``detect``, ``anomaly``, ``notify``, ``sources``, ``store``
 5. the records and helpers every layer shares (``model``, ``incident``, ``catalogue``,
    ``units``, ``errors``, ``clock``, ``logs``, …)
 """
@@ -22,7 +22,7 @@ from pathlib import Path
 PACKAGE = Path(__file__).resolve().parent.parent / "watchdog"
 LAYERS = {"cli": 0, "__main__": 0, "commands": 1, "config": 1, "testing": 1, "service": 2,
           "check": 2, "report": 2, "pipeline": 3, "detect": 4, "anomaly": 4, "notify": 4,
-          "sources": 4, "state": 4, "notify_console": 4}
+          "sources": 4, "store": 4}
 LONG = 450  # lines: longer modules open their docstring with "This module is long because"
 
 

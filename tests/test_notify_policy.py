@@ -11,8 +11,8 @@ from watchdog.incident import Incident
 from watchdog.notify import store as st
 from watchdog.notify.config import NotifyConfig, Route, SinkSpec
 from watchdog.notify.policy import Policy
-from watchdog.state import connect
-from watchdog.state.statedb import StateDB
+from watchdog.store import connect
+from watchdog.store.store import Store
 
 T0 = 1_800_000_000.0
 SINKS = {"slack": object(), "pd": object()}
@@ -38,7 +38,7 @@ def inc(kind: str, gpus: list[str], t: float, rule: str | None = None,
 
 
 def policy(tmp: Path, c: NotifyConfig | None = None, now: float = T0) -> Policy:
-    return Policy(c or cfg(), StateDB(tmp), "node7", info, now)
+    return Policy(c or cfg(), Store(tmp), "node7", info, now)
 
 
 def run(p: Policy, start: float, end: float, step: float = 1.0) -> list:  # type: ignore[type-arg]

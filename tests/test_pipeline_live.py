@@ -118,10 +118,10 @@ def test_ticks_from_two_threads_never_overlap() -> None:
 # --- state across restarts ---------------------------------------------------------------
 
 def _store(tmp_path, namespace: str = "sim"):  # type: ignore[no-untyped-def]
-    from watchdog.state.agent import AgentStore
-    from watchdog.state.statedb import StateDB
+    from watchdog.store.agent import AgentStore
+    from watchdog.store.store import Store
 
-    return AgentStore(StateDB(tmp_path / "state"), namespace)
+    return AgentStore(Store(tmp_path / "state"), namespace)
 
 
 def _fire_delay(spec: str, store: object, start: float) -> tuple[float, Incident]:
@@ -174,7 +174,7 @@ def test_a_simulated_node_never_touches_a_real_nodes_learned_state(tmp_path) -> 
 
 
 def test_status_is_written_and_old_rows_are_pruned(tmp_path) -> None:  # type: ignore[no-untyped-def]
-    from watchdog.state.agent import read_active, read_status
+    from watchdog.store.agent import read_active, read_status
 
     store = _store(tmp_path)
     clock = ManualClock(start=1_750_000_000.0)

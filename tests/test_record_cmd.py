@@ -10,7 +10,7 @@ import pytest
 from watchdog.cli import main
 from watchdog.clock import ManualClock
 from watchdog.commands.record import record_live
-from watchdog.model import DeviceInfo, ProcessInfo, Sample, XidEvent
+from watchdog.records import DeviceInfo, ProcessInfo, Sample, XidEvent
 from watchdog.sources import SourceOptions
 from watchdog.sources.replay import open_log
 

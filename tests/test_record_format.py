@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from watchdog.errors import InputError
-from watchdog.model import DeviceInfo, ProcessInfo, Sample, XidEvent
+from watchdog.records import DeviceInfo, ProcessInfo, Sample, XidEvent
 from watchdog.sources.replay import open_log
 from watchdog.sources.replay.recording_writer import RecordingWriter
 

@@ -11,7 +11,7 @@ import pytest
 
 from watchdog.detect.lang import LangError, compile_expr, max_window
 from watchdog.incident import Incident
-from watchdog.notify_console import ConsoleNotifier
+from watchdog.notify.console import ConsoleNotifier
 from watchdog.units import parse_duration
 
 

@@ -198,7 +198,7 @@ def test_memory_used_above_total_is_not_used(tmp_path: Path) -> None:
 
 
 def test_recording_without_samples_is_an_error(tmp_path: Path) -> None:
-    from watchdog.model import DeviceInfo
+    from watchdog.records import DeviceInfo
     from watchdog.sources.replay.recording_writer import RecordingWriter
 
     out = tmp_path / "empty.wdrec"

@@ -12,7 +12,7 @@ import json
 import pytest
 
 from watchdog.cli import main
-from watchdog.model import ProcessInfo
+from watchdog.records import ProcessInfo
 from watchdog.serving import SERVING_PATTERNS, matcher, serving_value
 from watchdog.sources.nvml.procs import describe
 

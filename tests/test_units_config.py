@@ -10,7 +10,7 @@ import pytest
 from watchdog import config
 from watchdog.errors import InputError
 from watchdog.incident import Incident
-from watchdog.notify_console import ConsoleNotifier, gpus_phrase
+from watchdog.notify.console import ConsoleNotifier, gpus_phrase
 from watchdog.report.table import duration
 from watchdog.units import duration_in, format_duration, number_in, parse_duration
 

@@ -19,7 +19,7 @@ from collections.abc import Iterable, Sequence
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from watchdog.model import ProcessInfo
+    from watchdog.records import ProcessInfo
 
 SERVING_PATTERNS: tuple[str, ...] = (
     "vllm", "tritonserver", "text-generation-launcher", "text-generation-server", "sglang",

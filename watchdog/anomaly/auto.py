@@ -36,7 +36,7 @@ from watchdog.anomaly.runner import EVERY_S, LiveAnomaly
 from watchdog.errors import InputError
 from watchdog.units import duration_in, parse_duration
 
-log = logging.getLogger("watchdog.model")
+log = logging.getLogger("watchdog.records")
 MIN_BASELINE_S = 3600.0
 #: ``model.baseline`` (s of busy time per GPU): 1 h to 30 days.
 BASELINE_RANGE = (MIN_BASELINE_S, 30 * 86400.0)

@@ -1,7 +1,7 @@
 """The verdict of ``watchdog check``: pure functions from a short burst of samples to problems.
 
 Nothing here reads a clock, a device or a file: :func:`judge` gets the inventory
-(:class:`~watchdog.model.DeviceInfo`) and, per GPU, the samples of the burst in time order,
+(:class:`~watchdog.records.DeviceInfo`) and, per GPU, the samples of the burst in time order,
 and returns a :class:`Verdict`. Each ``check_*`` function looks at one thing and returns the
 :class:`Problem` list for one GPU, so tests can drive every condition and its look-alikes.
 
@@ -44,7 +44,7 @@ from watchdog.check.verdict import (  # noqa: F401 - the verdict's types, where 
     Verdict,
     worst,
 )
-from watchdog.model import DeviceInfo, Sample
+from watchdog.records import DeviceInfo, Sample
 
 if TYPE_CHECKING:
     from watchdog.detect.loader import RuleSet

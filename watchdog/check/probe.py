@@ -19,7 +19,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
 from watchdog.clock import Clock
-from watchdog.model import DeviceInfo, Sample
+from watchdog.records import DeviceInfo, Sample
 
 
 @dataclass(slots=True)

@@ -32,8 +32,8 @@ from dataclasses import replace
 
 from watchdog.check.verdict import Problem, Status
 from watchdog.detect.loader import Rule, RuleSet, load_rules
-from watchdog.model import DeviceInfo, Sample
 from watchdog.pipeline.core import build_detector, feed_burst
+from watchdog.records import DeviceInfo, Sample
 
 CONFIRM_S = 60.0
 """A rule whose ``for:`` is this long (s) or longer, or learned, needs time the probe does

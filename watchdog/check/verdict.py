@@ -11,7 +11,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from enum import IntEnum
 
-from watchdog.model import DeviceInfo, Sample
+from watchdog.records import DeviceInfo, Sample
 
 
 class Status(IntEnum):

@@ -66,7 +66,7 @@ def agent_now(conn: Any, wall: float) -> float:
     """The agent's clock now, for "how long": the wall clock, except for a simulated node
     whose clock runs ahead of it (``--speed``), where it is the simulated time of the
     agent's last status (or of its stop)."""
-    from watchdog.state.agent import read_status
+    from watchdog.store.agent import read_status
 
     doc, _ = read_status(conn)
     from watchdog.sources import is_sim
@@ -109,8 +109,8 @@ def run_alerts(args: argparse.Namespace) -> int:
     from watchdog.commands.common import silence_json, state_dir, with_times
     from watchdog.notify import render
     from watchdog.notify import store as st
-    from watchdog.state import connect
-    from watchdog.state.agent import agent_wall
+    from watchdog.store import connect
+    from watchdog.store.agent import agent_wall
 
     conn = connect(state_dir(args), readonly=True)
     try:

@@ -103,7 +103,7 @@ def source_options(args: argparse.Namespace) -> SourceOptions:
 
 def state_dir(args: argparse.Namespace) -> Any:
     from watchdog import config as config_mod
-    from watchdog.state import resolve_state_dir
+    from watchdog.store import resolve_state_dir
 
     cfg = config_mod.load(args.config) if args.config else config_mod.Config()
     return resolve_state_dir(getattr(args, "state_dir", None) or cfg.state_dir)

@@ -58,8 +58,8 @@ def run(args: argparse.Namespace) -> int:
     from watchdog.errors import InputError
     from watchdog.incident import KINDS
     from watchdog.notify import store as st
-    from watchdog.state import connect
-    from watchdog.state.agent import agent_wall
+    from watchdog.store import connect
+    from watchdog.store.agent import agent_wall
     from watchdog.units import parse_duration
 
     if args.action == "list":  # reading only: a member of the service's group may

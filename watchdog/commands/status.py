@@ -31,8 +31,8 @@ def _from_db(sdir: Any) -> tuple[dict[str, Any] | None, float | None, list[dict[
     import sqlite3
 
     from watchdog.errors import InputError
-    from watchdog.state import connect, runtime
-    from watchdog.state.agent import read_status, read_waits
+    from watchdog.store import connect, runtime
+    from watchdog.store.agent import read_status, read_waits
 
     try:
         conn = connect(sdir, readonly=True)
@@ -55,7 +55,7 @@ def _from_db(sdir: Any) -> tuple[dict[str, Any] | None, float | None, list[dict[
 def run(args: argparse.Namespace) -> int:
     from watchdog import config as config_mod
     from watchdog.service.status import render, stale
-    from watchdog.state import resolve_state_dir, runtime
+    from watchdog.store import resolve_state_dir, runtime
 
     cfg = config_mod.load(args.config) if args.config else config_mod.Config()
     sdir = resolve_state_dir(args.state_dir or cfg.state_dir)

@@ -29,7 +29,7 @@ from watchdog.detect.ledger import Ledger
 from watchdog.detect.loader import Rule, RuleSet
 from watchdog.detect.rules_run import RuleRunner
 from watchdog.incident import Incident
-from watchdog.model import DeviceInfo, Sample, XidEvent
+from watchdog.records import DeviceInfo, Sample, XidEvent
 
 # Live agent: seconds of data time between evaluations of healthy ticks (feed_tick). Five
 # 1 s ticks in one block cost about a quarter of five single-tick evaluations (numpy's fixed

@@ -35,7 +35,7 @@ from watchdog import catalogue
 from watchdog.detect.learned import PowerLevels
 from watchdog.detect.presence import vanish_times
 from watchdog.detect.signals import Block
-from watchdog.model import DeviceInfo, Sample, XidEvent
+from watchdog.records import DeviceInfo, Sample, XidEvent
 
 # Rows processed at once: bounds the node grid (ticks × GPUs) when every GPU has its own
 # timestamps. Splitting never changes results (block == tick).

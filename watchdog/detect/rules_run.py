@@ -29,10 +29,10 @@ from watchdog.detect.lang import Name, children
 from watchdog.detect.learned import WaitLearner, learn_windows
 from watchdog.detect.ledger import Ledger
 from watchdog.detect.loader import Rule, RuleSet
+from watchdog.detect.machine import EntityState, Machine
 from watchdog.detect.prune import never_true, simplify
 from watchdog.detect.signal_names import LEARNING_SIGNALS
 from watchdog.detect.signals import Block
-from watchdog.detect.state import EntityState, Machine
 from watchdog.incident import Incident
 
 NODE = "node"  # the entity key of a node rule's state

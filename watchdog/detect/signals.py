@@ -18,7 +18,7 @@ from watchdog import reasons
 from watchdog.detect.layout import Segments
 from watchdog.detect.learned import PowerLevels, learn_windows
 from watchdog.detect.signal_names import FLAG_SIGNALS, SIGNALS
-from watchdog.model import DeviceInfo
+from watchdog.records import DeviceInfo
 
 NAN = np.nan
 BAD_BITS = reasons.THERMAL | reasons.HARDWARE

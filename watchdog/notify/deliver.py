@@ -26,7 +26,7 @@ from typing import Any
 from watchdog.logs import redact
 from watchdog.notify import store as st
 from watchdog.notify.base import Accepted, Failed, Retry
-from watchdog.state.statedb import StateDB
+from watchdog.store.store import Store
 
 log = logging.getLogger("watchdog.notify")
 
@@ -45,7 +45,7 @@ class Worker(threading.Thread):
     """Sends ``sink``'s outbox rows, oldest first. ``events`` receives ``(kind, sink, text)``
     for the notifier to report (``failed``, ``failing``, ``recovered``)."""
 
-    def __init__(self, sink: Any, db: StateDB,
+    def __init__(self, sink: Any, db: Store,
                  events: queue.Queue[tuple[str, str, str]], fail_after: float,
                  wall: Callable[[], float] = time.time, seed: int | None = None,
                  speed: float = 1.0) -> None:

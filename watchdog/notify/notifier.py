@@ -21,7 +21,7 @@ from watchdog.notify import store as st
 from watchdog.notify.config import NotifyConfig
 from watchdog.notify.deliver import Worker
 from watchdog.notify.policy import Policy, RuleInfo
-from watchdog.state.statedb import StateDB
+from watchdog.store.store import Store
 
 log = logging.getLogger("watchdog.notify")
 
@@ -35,10 +35,10 @@ def build_sinks(cfg: NotifyConfig) -> dict[str, Any]:
 
 class Notifier:
     """Alerting for one agent. ``db`` is the agent's state database (each thread works on
-    it in units, see :class:`~watchdog.state.statedb.StateDB`); ``clock()`` is the
+    it in units, see :class:`~watchdog.store.store.Store`); ``clock()`` is the
     pipeline's clock; ``wall()`` real time for silences, outbox rows and retries."""
 
-    def __init__(self, cfg: NotifyConfig, db: StateDB, clock: Callable[[], float],
+    def __init__(self, cfg: NotifyConfig, db: Store, clock: Callable[[], float],
                  host: str | None, rule_info: RuleInfo, sinks: dict[str, Any] | None = None,
                  start: bool = True, wall: Callable[[], float] = time.time,
                  speed: float = 1.0) -> None:
@@ -164,7 +164,7 @@ class Notifier:
                         "silences": silences, "problems": self.problems[-5:]}
 
 
-def for_agent(cfg: NotifyConfig, db: StateDB, clock: Callable[[], float], host: str | None,
+def for_agent(cfg: NotifyConfig, db: Store, clock: Callable[[], float], host: str | None,
               rule_info: RuleInfo, sinks: dict[str, Any] | None = None,
               wall: Callable[[], float] = time.time) -> Notifier | None:
     """The daemon's notifier, or None when the config names no sink."""

@@ -40,7 +40,7 @@ from watchdog.notify import store as st
 from watchdog.notify.base import Alert, Notification
 from watchdog.notify.config import NotifyConfig
 from watchdog.notify.fingerprint import fingerprint, group_key
-from watchdog.state.statedb import StateDB
+from watchdog.store.store import Store
 
 log = logging.getLogger("watchdog.notify")
 
@@ -73,7 +73,7 @@ class GroupState:
 class Policy:
     """Turns detector transitions into outbox rows. Not thread-safe: the tick thread only."""
 
-    def __init__(self, cfg: NotifyConfig, db: StateDB, host: str | None,
+    def __init__(self, cfg: NotifyConfig, db: Store, host: str | None,
                  rule_info: RuleInfo, now: float,
                  wall: Callable[[], float] = time.time) -> None:
         self.cfg = cfg

@@ -23,7 +23,7 @@ from dataclasses import asdict
 from typing import Any
 
 from watchdog.notify.base import Alert, Notification
-from watchdog.state.db import migrate, transaction
+from watchdog.store.db import migrate, transaction
 
 STEPS = ["""
 CREATE TABLE notify_alerts (

@@ -26,7 +26,7 @@ from typing import Any, Literal
 from watchdog.detect import Detector
 from watchdog.detect.engine import LIVE_TICK_BATCH_S, DetectorConfig
 from watchdog.incident import Incident
-from watchdog.model import DeviceInfo, Sample, XidEvent
+from watchdog.records import DeviceInfo, Sample, XidEvent
 
 Mode = Literal["live", "block", "burst"]
 

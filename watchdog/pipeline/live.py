@@ -26,11 +26,11 @@ from typing import Any
 from watchdog.clock import Clock
 from watchdog.errors import SourceUnavailable
 from watchdog.incident import Incident
-from watchdog.model import Sample
 from watchdog.pipeline.own import OwnIncidents
 from watchdog.pipeline.ports import Alerting, AnomalyHook, Recording
 from watchdog.pipeline.settings import Settings
 from watchdog.pipeline.status import TickStats, status_doc
+from watchdog.records import Sample
 from watchdog.sources.base import LiveSource
 
 log = logging.getLogger("watchdog.agent")
@@ -51,7 +51,7 @@ class LivePipeline:
     returns a :class:`LiveSource` or raises ``SourceUnavailable``; ``make_detector(source)``
     builds the detector for its GPUs (:func:`watchdog.pipeline.core.build_detector`);
     ``settings`` owns the interval and the rules (:mod:`watchdog.pipeline.settings`; a
-    plain ``interval`` makes one). ``store`` (an :class:`~watchdog.state.agent.AgentStore`
+    plain ``interval`` makes one). ``store`` (an :class:`~watchdog.store.agent.AgentStore`
     or None) keeps learned state, incidents and status. ``notifiers`` are called with
     ``(transition, incident)``; ``notifier`` is the :class:`Alerting` facade;
     ``anomaly`` the :class:`AnomalyHook`; ``recorder`` the :class:`Recording`.
@@ -328,8 +328,8 @@ class LivePipeline:
 
     def _runtime_status(self, doc: dict[str, Any], now: float) -> None:
         """While the state is in memory only, ``watchdog status`` reads the status from a
-        file in memory (:mod:`watchdog.state.runtime`); it goes once the state is back."""
-        from watchdog.state import runtime
+        file in memory (:mod:`watchdog.store.runtime`); it goes once the state is back."""
+        from watchdog.store import runtime
 
         db = self.store.db
         try:

@@ -4,7 +4,7 @@
   NVML library, the driver not loaded, every reading failing for 30 s). No GPU on the node
   is watched until it resolves, when the source opens again.
 * ``agent`` (rule ``state_memory_only``, warning): the state database cannot be written
-  (:mod:`watchdog.state.statedb`): the agent runs from memory; resolved once the state is
+  (:mod:`watchdog.store.store`): the agent runs from memory; resolved once the state is
   on disk again.
 * ``agent`` (rule ``state_corrupt``, warning): a damaged ``state.db`` was moved aside and
   a fresh one started; a notice that resolves after :data:`CORRUPT_NOTICE_S`.
@@ -74,7 +74,7 @@ class OwnIncidents:
 
     # --- the state database ---------------------------------------------------------------
     def storage(self, now: float, db: Any, changes: Changes) -> None:
-        """The state database's news since the last tick (:meth:`StateDB.take_events`) as
+        """The state database's news since the last tick (:meth:`Store.take_events`) as
         incidents; also gives it its chance to go back to disk (paced by itself)."""
         db.try_disk()
         for kind, text in db.take_events():

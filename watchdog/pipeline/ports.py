@@ -12,7 +12,7 @@ from __future__ import annotations
 from typing import Any, Protocol
 
 from watchdog.incident import Incident
-from watchdog.model import Sample
+from watchdog.records import Sample
 
 
 class Alerting(Protocol):

@@ -39,7 +39,7 @@ import yaml
 from watchdog import catalogue
 from watchdog.errors import InputError
 from watchdog.incident import Incident
-from watchdog.model import DeviceInfo, XidEvent
+from watchdog.records import DeviceInfo, XidEvent
 from watchdog.units import duration_in, parse_duration
 
 T0 = 1_700_000_000.0  # t = 0 of every test (POSIX s)

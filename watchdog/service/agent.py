@@ -198,14 +198,14 @@ def build(cfg: Any, *, spec: str, options: Any, interval: float, speed: float,
     then everything that can refuse the start is checked (rules, sinks and their secrets,
     the model file), and only then is the state database opened and changed."""
     from watchdog.detect import load_rules
-    from watchdog.notify_console import IncidentLog
+    from watchdog.notify.console import IncidentLog
     from watchdog.pipeline.live import LivePipeline
     from watchdog.service.daemon import Daemon
     from watchdog.sources import kind_of, open_live
-    from watchdog.state import resolve_state_dir
-    from watchdog.state.agent import AgentStore
-    from watchdog.state.lock import acquire
-    from watchdog.state.statedb import StateDB
+    from watchdog.store import resolve_state_dir
+    from watchdog.store.agent import AgentStore
+    from watchdog.store.lock import acquire
+    from watchdog.store.store import Store
 
     sdir = resolve_state_dir(state_dir or cfg.state_dir)
     lock = acquire(sdir)
@@ -224,7 +224,7 @@ def build(cfg: Any, *, spec: str, options: Any, interval: float, speed: float,
             from watchdog.service.recorder import Recorder
 
             recorder = Recorder(cfg.record.dir, cfg.record.keep_s, source=spec, host=host)
-        db = StateDB(sdir)
+        db = Store(sdir)
         store = AgentStore(db, namespace)
     except BaseException:
         lock.release()

@@ -26,7 +26,7 @@ from collections.abc import Callable
 from typing import Any
 
 from watchdog.clock import elapsed
-from watchdog.service.sdnotify import Notifier
+from watchdog.service.sdnotify import SystemdNotifier
 
 log = logging.getLogger("watchdog.agent")
 HEARTBEAT_S = 300.0  # real seconds between heartbeat log lines
@@ -84,7 +84,7 @@ class Daemon:
     def __init__(self, pipeline: Any, *, interval: float, speed: float = 1.0,
                  stop_at: float | None = None,
                  reload: Callable[[], str] | None = None,
-                 sd: Notifier | None = None,
+                 sd: SystemdNotifier | None = None,
                  maintain: Callable[[], None] | None = None) -> None:
         self.pipeline = pipeline
         self._interval = interval
@@ -92,7 +92,7 @@ class Daemon:
         self.stop_at = stop_at
         self._reload = reload
         self._maintain = maintain  # called from the main loop every STATUS_EVERY_S
-        self.sd = sd or Notifier()
+        self.sd = sd or SystemdNotifier()
         self.done = threading.Event()
         self._hup = threading.Event()
         # wakes the main loop for a signal or a stop; otherwise it sleeps until its next

@@ -12,7 +12,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 from watchdog.errors import InputError
-from watchdog.model import DeviceInfo, Sample
+from watchdog.records import DeviceInfo, Sample
 
 log = logging.getLogger("watchdog.record")
 ROTATE_S = 3600.0

@@ -15,7 +15,7 @@ import socket
 log = logging.getLogger("watchdog.service")
 
 
-class Notifier:
+class SystemdNotifier:
     """Sends notify messages on a datagram socket (one per message; failures logged once)."""
 
     def __init__(self, env: dict[str, str] | None = None) -> None:

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from watchdog.model import DeviceInfo
+from watchdog.records import DeviceInfo
 from watchdog.sources.nvml.errors import text
 from watchdog.sources.nvml.reader import DeviceReader, MiB
 

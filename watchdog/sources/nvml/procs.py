@@ -15,7 +15,7 @@ import re
 from pathlib import Path
 
 from watchdog import serving
-from watchdog.model import ProcessInfo
+from watchdog.records import ProcessInfo
 
 _JOB_RE = re.compile(r"/job_(\d+)(?:/|$)")
 # docker-<id>.scope, /docker/<id>, cri-containerd-<id>.scope, crio-<id>, libpod-<id>,

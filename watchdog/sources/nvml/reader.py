@@ -17,7 +17,7 @@ from __future__ import annotations
 from dataclasses import replace
 from typing import Any
 
-from watchdog.model import ProcessInfo
+from watchdog.records import ProcessInfo
 from watchdog.serving import serving_value
 from watchdog.sources.nvml.deadline import Lane
 from watchdog.sources.nvml.errors import (

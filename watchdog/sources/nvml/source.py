@@ -20,7 +20,7 @@ import socket
 import time
 from typing import Any
 
-from watchdog.model import DeviceInfo, ProcessInfo, Sample, XidEvent
+from watchdog.records import DeviceInfo, ProcessInfo, Sample, XidEvent
 from watchdog.sources.nvml.deadline import Lane, Wedged
 from watchdog.sources.nvml.errors import (
     UNKNOWN,

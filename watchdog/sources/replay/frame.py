@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 import numpy as np
 import pandas as pd
 
-from watchdog.model import DeviceInfo, ProcessInfo, Sample, XidEvent
+from watchdog.records import DeviceInfo, ProcessInfo, Sample, XidEvent
 
 BASE_COLUMNS = ("ts", "uuid", "index", "lost")
 

@@ -26,7 +26,7 @@ import numpy as np
 import pandas as pd
 
 from watchdog.errors import InputError
-from watchdog.model import DeviceInfo, ProcessInfo, XidEvent
+from watchdog.records import DeviceInfo, ProcessInfo, XidEvent
 from watchdog.sources.replay.frame import Key, Recording
 from watchdog.sources.replay.sniff import MAGIC
 

@@ -20,7 +20,7 @@ from typing import Any, BinaryIO
 import numpy as np
 
 from watchdog.errors import InputError
-from watchdog.model import DeviceInfo, Sample
+from watchdog.records import DeviceInfo, Sample
 from watchdog.sources.replay.frame import Recording
 from watchdog.sources.replay.recording import (
     FORMAT,

@@ -31,7 +31,7 @@ from typing import Any
 import numpy as np
 
 from watchdog import reasons as R
-from watchdog.model import ProcessInfo
+from watchdog.records import ProcessInfo
 from watchdog.serving import serving_value
 from watchdog.sources.sim import job as J
 from watchdog.sources.sim import noise

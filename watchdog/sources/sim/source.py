@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from watchdog.errors import InputError
-from watchdog.model import DeviceInfo, ProcessInfo, Sample, XidEvent
+from watchdog.records import DeviceInfo, ProcessInfo, Sample, XidEvent
 from watchdog.serving import serving_value
 from watchdog.sources.sim import noise
 from watchdog.sources.sim.faults import build

@@ -15,19 +15,19 @@ from pathlib import Path
 
 import pytest
 
-from watchdog.state.db import DB_NAME, connect
-from watchdog.state.statedb import StateDB, storage_fault
+from watchdog.store.db import DB_NAME, connect
+from watchdog.store.store import Store, storage_fault
 
 STEPS = ("CREATE TABLE t (id INTEGER PRIMARY KEY, who TEXT NOT NULL, payload TEXT)",)
 
 
-def make(tmp: Path) -> StateDB:
-    db = StateDB(tmp / "state", clock=lambda: 0.0)
+def make(tmp: Path) -> Store:
+    db = Store(tmp / "state", clock=lambda: 0.0)
     db.migrate("test", STEPS)
     return db
 
 
-def rows(db: StateDB) -> list[tuple[int, str]]:
+def rows(db: Store) -> list[tuple[int, str]]:
     return db.run(lambda c: c.execute("SELECT id, who FROM t ORDER BY id").fetchall())
 
 
@@ -39,7 +39,7 @@ def on_disk(tmp: Path) -> list[tuple[int, str]]:
         c.close()
 
 
-def fill_disk(db: StateDB) -> None:
+def fill_disk(db: Store) -> None:
     """This thread's connection may not grow the file any more: the next write that needs
     a page fails with SQLITE_FULL ("database or disk is full")."""
     def cap(c: sqlite3.Connection) -> None:
@@ -48,7 +48,7 @@ def fill_disk(db: StateDB) -> None:
     db.run(cap)
 
 
-def big_insert(db: StateDB, i: int, who: str = "main") -> None:
+def big_insert(db: Store, i: int, who: str = "main") -> None:
     db.run(lambda c: c.execute("INSERT INTO t VALUES (?, ?, ?)", (i, who, "x" * 20_000)))
 
 
@@ -67,7 +67,7 @@ def test_a_full_disk_moves_the_state_to_memory_and_the_write_is_not_lost(tmp_pat
 
 def test_back_on_disk_when_it_can_be_written_with_everything_since(tmp_path: Path) -> None:
     t = [0.0]
-    db = StateDB(tmp_path / "state", clock=lambda: t[0])
+    db = Store(tmp_path / "state", clock=lambda: t[0])
     db.migrate("test", STEPS)
     fill_disk(db)
     big_insert(db, 1)
@@ -175,7 +175,7 @@ def test_corruption_while_running_is_salvaged_once_and_work_goes_on(tmp_path: Pa
 
 def test_a_state_dir_that_cannot_exist_runs_from_memory(tmp_path: Path) -> None:
     (tmp_path / "file").write_text("not a folder")
-    db = StateDB(tmp_path / "file" / "state", clock=lambda: 0.0)
+    db = Store(tmp_path / "file" / "state", clock=lambda: 0.0)
     db.migrate("test", STEPS)
     assert db.mode == "memory"
     big_insert(db, 1)
@@ -187,7 +187,7 @@ def test_a_silence_added_on_disk_while_in_memory_survives_the_write_back(
         tmp_path: Path) -> None:
     from watchdog.notify import store as st
 
-    db = StateDB(tmp_path / "state", clock=lambda: 0.0)
+    db = Store(tmp_path / "state", clock=lambda: 0.0)
     db.migrate("notify", st.STEPS)
     db.migrate("test", STEPS)
     fill_disk(db)

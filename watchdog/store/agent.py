@@ -21,8 +21,8 @@ import sqlite3
 from typing import Any
 
 from watchdog.incident import Incident
-from watchdog.state.db import transaction
-from watchdog.state.statedb import StateDB
+from watchdog.store.db import transaction
+from watchdog.store.store import Store
 
 STEPS = (
     """
@@ -50,10 +50,10 @@ DAY = 86_400.0
 
 
 class AgentStore:
-    """The agent's tables; every method is one unit of :class:`StateDB` work (so a full
+    """The agent's tables; every method is one unit of :class:`Store` work (so a full
     disk moves them to memory instead of failing)."""
 
-    def __init__(self, db: StateDB, namespace: str) -> None:
+    def __init__(self, db: Store, namespace: str) -> None:
         self.db = db
         self.namespace = namespace
         db.migrate("agent", STEPS)

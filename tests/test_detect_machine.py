@@ -7,7 +7,7 @@ import math
 import numpy as np
 
 from watchdog.detect.learned import LearnedWait, WaitLearner
-from watchdog.detect.state import EntityState, Machine
+from watchdog.detect.machine import EntityState, Machine
 
 
 def run(machine: Machine, cond: list[int], clear: list[int] | None = None,

@@ -2,7 +2,7 @@
 database when it is sound (SQLite's backup API), table by table when it is damaged (what
 can still be read survives, a damaged table starts empty), and the silences an operator
 added on disk while the agent ran from memory, merged back before the memory copy is
-written over the file (:mod:`watchdog.state.statedb`)."""
+written over the file (:mod:`watchdog.store.store`)."""
 
 from __future__ import annotations
 

@@ -1,15 +1,16 @@
-"""The agent's state database as its threads use it: on disk while the disk takes writes,
-in memory while it does not, back on disk as soon as it can be written again.
+"""The store (the agent's SQLite state database) as its threads use it: on disk while
+the disk takes writes, in memory while it does not, back on disk as soon as it can be
+written again.
 
 Why: a page that is due must go out even when ``/var`` is full, the state directory is
 read-only or missing, or ``state.db`` rots. Every component (learned state, incidents,
 the alerting policy and outbox, the delivery workers) does its database work as *units*
-through :meth:`StateDB.run`: one function that runs on a connection and either completes
+through :meth:`Store.run`: one function that runs on a connection and either completes
 or raises. When a unit fails because of the storage (disk full, read-only, I/O error,
 corruption) it is rolled back, the database is copied into memory (SQLite's backup API;
 table by table when the file is damaged), and the unit runs again there. Pages keep
 flowing from the in-memory outbox. Every ``RESTORE_EVERY_S`` the agent tries to write the
-memory copy back (:meth:`StateDB.try_disk`); once that works, the database is on disk
+memory copy back (:meth:`Store.try_disk`); once that works, the database is on disk
 again with everything that happened meanwhile, and nothing was sent twice.
 
 Consistency: a unit holds a shared lock while it runs; the switch between disk and memory
@@ -37,10 +38,10 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 from watchdog.errors import InputError
-from watchdog.state import salvage
-from watchdog.state.db import DB_NAME, StateOpenError, connect, migrate
+from watchdog.store import salvage
+from watchdog.store.db import DB_NAME, StateOpenError, connect, migrate
 
-log = logging.getLogger("watchdog.state")
+log = logging.getLogger("watchdog.store")
 T = TypeVar("T")
 
 #: primary SQLite result codes that mean "the storage failed", not "the SQL is wrong"
@@ -117,7 +118,7 @@ class _RWLock:
                 self._cond.notify_all()
 
 
-class StateDB:
+class Store:
     """The state database of one agent (or one test): ``run(fn)`` does a unit of work.
 
     ``mode`` is ``"disk"`` or ``"memory"``; ``reason`` says why it is in memory.
