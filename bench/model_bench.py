@@ -48,9 +48,11 @@ REAL = Path(os.environ.get("WATCHDOG_REAL_TELEMETRY", SHARED / "real-telemetry")
 REAL_GPU = SHARED / "real-gpu"
 
 from watchdog.anomaly import features as F  # noqa: E402
-from watchdog.anomaly import persist, runner, train  # noqa: E402
+from watchdog.anomaly import persist, train  # noqa: E402
+from watchdog.anomaly.offline import judge_recording  # noqa: E402
+from watchdog.anomaly.stage import AnomalyStage  # noqa: E402
 from watchdog.detect import load_rules  # noqa: E402
-from watchdog.pipeline.replay import detect  # noqa: E402
+from watchdog.pipeline.replay import detector_over  # noqa: E402
 from watchdog.sources.sim.faults import UNNAMED  # noqa: E402
 from watchdog.sources.sim.frames import simulate  # noqa: E402
 
@@ -88,9 +90,10 @@ def fit_healthy(gpu_model: str, hours: float, seed: int = 100) -> tuple[Any, flo
 def run_scored(model: Any, spec: str, minutes: float, gpu_model: str, seed: int,
                rules: Any) -> tuple[list[Any], list[Any], Any, Any]:
     rec, src = simulate(spec, duration=minutes * 60, gpus=8, seed=seed, model=gpu_model)
-    incidents = detect(rec, rules)
+    det = detector_over(rec, rules)
+    incidents = list(det.incidents)
     g = F.grid_from_frame(rec.frame)
-    found, _ = runner.replay_incidents(model, g, incidents, rec.host)
+    found = judge_recording(model, g, rec.host, det.engaged)
     return found, incidents, src, g
 
 
@@ -104,12 +107,13 @@ def run_own(spec_of: Any, fit_h: float, gm: str, seed: int, rules: Any
     onset = fit_h * 60 + ONSET_MIN
     rec, src = simulate(spec_of(onset), duration=(onset + 25.0) * 60, gpus=8, seed=seed,
                         model=gm)
-    incidents = detect(rec, rules)
+    det = detector_over(rec, rules)
+    incidents = list(det.incidents)
     g = F.grid_from_frame(rec.frame)
     feats = F.compute(g)
     cut = float(g.t[0]) + fit_h * 3600
     model, _ = fit_grid(g, incidents, src.devices()[0].name or gm, until=cut, feats=feats)
-    found, _ = runner.replay_incidents(model, g, incidents, rec.host, start=cut, feats=feats)
+    found = judge_recording(model, g, rec.host, det.engaged, start=cut, feats=feats)
     return found, incidents, src
 
 
@@ -246,7 +250,8 @@ def real_logs(rules: Any) -> bool:
         if len(g.t) < 10:
             print(f"  {label}: too short")
             continue
-        incs = detect(rec, rules)
+        det = detector_over(rec, rules)
+        incs = list(det.incidents)
         feats = F.compute(g)
         cut = g.t[0] + 0.4 * (g.t[-1] - g.t[0])
         busy = train.busy_minutes(feats[g.t < cut], g.step)
@@ -258,7 +263,7 @@ def real_logs(rules: Any) -> bool:
             print(f"  {label}: not fitted ({e}); {len(g.uuids)} GPUs, "
                   f"{(g.t[-1] - g.t[0]) / 60:.0f} min")
             continue
-        found, _ = runner.replay_incidents(model, g, incs, rec.host, start=cut, feats=feats)
+        found = judge_recording(model, g, rec.host, det.engaged, start=cut, feats=feats)
         hours_here = (g.t[-1] - cut) / 3600 * len(g.uuids)
         head = (f"{len(found)} anomalies in {hours_here:.1f} GPU-hours scored "
                 f"({len(incs)} rule incidents; threshold {model.threshold:.2f}"
@@ -324,7 +329,7 @@ def agent_cpu(model: Any, ticks: int = 600) -> bool:
     """The live pipeline on the simulated node (ManualClock), with and without the
     model's hook: CPU ms per tick. Baseline: the same agent without the model."""
     from watchdog.clock import ManualClock
-    from watchdog.detect import Detector
+    from watchdog.pipeline.core import build_detector
     from watchdog.pipeline.live import LivePipeline
     from watchdog.sources import SourceOptions, open_live
 
@@ -332,9 +337,10 @@ def agent_cpu(model: Any, ticks: int = 600) -> bool:
     res = {}
     for label, hook in (("without model", None), ("with model", "on")):
         clock = ManualClock(start=1_767_225_600.0)
-        anomaly = runner.LiveAnomaly(model, "sim", 1.0) if hook else None
+        anomaly = AnomalyStage(model, "sim", 1.0) if hook else None
         p = LivePipeline(lambda now: open_live("sim:healthy", SourceOptions(), start=now),
-                         lambda src: Detector(rules, host="sim", devices=src.devices()),
+                         lambda src: build_detector(rules, host="sim", devices=src.devices(),
+                                                    mode="live"),
                          clock, spec="sim:healthy", interval=1.0, anomaly=anomaly)
         cpu = []
         for _ in range(ticks):

@@ -26,15 +26,15 @@ def test_a_reload_changes_the_interval_for_ticker_pipeline_and_model(tmp_path: P
     try:
         p, model = agent.pipeline, agent.pipeline.anomaly
         p.tick()
-        assert model is not None and model.live.interval == 1.0
+        assert model is not None and model.stage.interval == 1.0
         note = agent.reload()
         assert "interval now 2s" in note
         assert agent.settings.interval == 2.0
         assert p.interval == 2.0 and agent.daemon.interval == 2.0
-        assert model.interval == 2.0 and model.live.interval == 2.0
+        assert model.interval == 2.0 and model.stage.interval == 2.0
         from watchdog.anomaly import features as F
 
-        assert model.live.w == F.window_ticks(2.0)  # rebuilt: a window of 2 s ticks
+        assert model.stage.w == F.window_ticks(2.0)  # rebuilt: a window of 2 s ticks
         assert p.status()["interval_s"] == 2.0
     finally:
         agent.pipeline.close(drain_s=0)

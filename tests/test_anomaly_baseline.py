@@ -10,10 +10,11 @@ import pytest
 from anomaly_helpers import healthy_model
 from test_anomaly_model import _meta, _rewrite
 
-from watchdog.anomaly import baseline, persist, runner
+from watchdog.anomaly import baseline, persist
 from watchdog.anomaly import features as F
-from watchdog.anomaly.offline import fit_grid
+from watchdog.anomaly.offline import fit_grid, judge_recording
 from watchdog.detect import load_rules
+from watchdog.detect.engaged import EngagedTimeline
 from watchdog.pipeline.replay import detect
 from watchdog.sources.sim.frames import simulate
 
@@ -91,14 +92,20 @@ def test_temp_drift_on_the_hot_gpu_is_found_by_its_own_baseline() -> None:
     feats = F.compute(g)
     cut = g.t[0] + 100 * 60
     model, _ = fit_grid(g, incs, "x", until=cut, feats=feats)
-    found, _ = runner.replay_incidents(model, g, incs, rec.host, start=cut, feats=feats)
+    found = judge(model, g, rec.host, incs, cut, feats)
     assert found and all(i.uuids == [src.uuids[7]] for i in found)
     assert found[0].fired_at >= truth.onset
     assert found[0].evidence["features"][0]["feature"] == "own_temp"
     assert "temperature above its own normal" in found[0].summary
     model.base_uuids, model.base_coef = (), None  # the peers alone
-    blind, _ = runner.replay_incidents(model, g, incs, rec.host, start=cut, feats=feats)
+    blind = judge(model, g, rec.host, incs, cut, feats)
     assert blind == []
+
+
+def judge(model, g, host, incs, cut, feats) -> list:  # type: ignore[no-untyped-def]
+    """The scoring stage over the grid from ``cut`` on, quiet where a rule incident ran."""
+    return judge_recording(model, g, host, EngagedTimeline.of_incidents(incs), start=cut,
+                           feats=feats)
 
 
 def _a100_seed1(fault: str) -> tuple:
@@ -116,7 +123,7 @@ def _a100_seed1(fault: str) -> tuple:
 
 def _found(model, g, incs, rec, cut, feats, truth) -> list:
     """The anomaly incidents after the fit: every one on the faulty GPU, from the onset."""
-    found, _ = runner.replay_incidents(model, g, incs, rec.host, start=cut, feats=feats)
+    found = judge(model, g, rec.host, incs, cut, feats)
     assert found and all(i.uuids == list(truth.uuids) for i in found)
     assert found[0].fired_at >= truth.onset
     return found
@@ -140,8 +147,7 @@ def test_a_gpu_slow_for_no_reason_is_found_where_its_peers_spread_under_a_power_
     blind_feats = feats.copy()
     blind_feats[:, :, k] = np.nan
     blind_model, _ = fit_grid(g, incs, "x", until=cut, feats=blind_feats)
-    blind, _ = runner.replay_incidents(blind_model, g, incs, rec.host, start=cut,
-                                       feats=blind_feats)
+    blind = judge(blind_model, g, rec.host, incs, cut, blind_feats)
     # without it the peers' clocks page late or not at all (schema 4: after 7 min)
     assert found[0].fired_at - truth.onset <= 120.0
     assert all(i.fired_at - truth.onset > 300.0 for i in blind)
@@ -161,5 +167,5 @@ def test_a_gpu_whose_work_comes_in_bursts_is_found_by_its_deep_drops(monkeypatch
     monkeypatch.setattr(F, "DROP_POINTS", 10.0)  # schema 3's count
     shallow = F.compute(g)
     model, _ = fit_grid(g, incs, "x", until=cut, feats=shallow)
-    blind, _ = runner.replay_incidents(model, g, incs, rec.host, start=cut, feats=shallow)
+    blind = judge(model, g, rec.host, incs, cut, shallow)
     assert blind == []

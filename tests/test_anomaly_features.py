@@ -131,11 +131,11 @@ def test_last_window_equals_the_last_row_of_compute(T: int, with_ceil: bool, G: 
 
 
 def test_live_window_stacks_only_what_it_needs_and_matches_the_whole_history() -> None:
-    from watchdog.anomaly.runner import ROW_AT, LiveAnomaly
+    from watchdog.anomaly.stage import ROW_AT, AnomalyStage
     from watchdog.records import Sample
 
     rng = np.random.default_rng(7)
-    live = LiveAnomaly(None, "node", 1.0)
+    live = AnomalyStage(None, "node", 1.0)
     checked = 0
     for k in range(F.history_ticks(1.0) + 40):
         samples = []
@@ -150,7 +150,7 @@ def test_live_window_stacks_only_what_it_needs_and_matches_the_whole_history() -
                 samples.append(Sample(1_700_000_000.0 + k, f"u{i}", i, values, lost=True))
                 continue
             samples.append(Sample(1_700_000_000.0 + k, f"u{i}", i, values))
-        live.add(1_700_000_000.0 + k, samples)
+        live.add_samples(1_700_000_000.0 + k, samples)
         row = live.rows[-1][1]
         for s in samples:  # a lost GPU's row is unread; a None reading is NaN
             for m in F.METRICS:

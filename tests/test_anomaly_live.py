@@ -5,9 +5,10 @@ from __future__ import annotations
 
 from anomaly_helpers import healthy_model
 
-from watchdog.anomaly.runner import LiveAnomaly
+from watchdog.anomaly.stage import AnomalyStage
 from watchdog.clock import ManualClock
-from watchdog.detect import Detector, load_rules
+from watchdog.detect import load_rules
+from watchdog.pipeline.core import build_detector
 from watchdog.pipeline.live import LivePipeline
 from watchdog.service.status import _model_line as model_line
 from watchdog.sources.sim import SimSource
@@ -16,9 +17,10 @@ from watchdog.sources.sim import SimSource
 def _run(spec: str, minutes: float) -> list[tuple[float, str, object]]:
     rules = load_rules()
     clock = ManualClock(start=1_767_225_600.0)
-    hook = LiveAnomaly(healthy_model(), "sim", 1.0)
+    hook = AnomalyStage(healthy_model(), "sim", 1.0)
     agent = LivePipeline(lambda now: SimSource.from_spec(spec, gpus=4, seed=7, start=now),
-                         lambda src: Detector(rules, host=src.host, devices=src.devices()),
+                         lambda src: build_detector(rules, host=src.host, devices=src.devices(),
+                                                    mode="live"),
                          clock, spec=spec, interval=1.0, anomaly=hook)
     seen = []
     for _ in range(int(minutes * 60)):
@@ -70,7 +72,8 @@ def _daemon_refits(tmp_path, coarse: bool, minutes: float) -> tuple[object, floa
     rules = load_rules()
     agent = LivePipeline(lambda now: SimSource.from_spec("sim:healthy", gpus=2, seed=1,
                                                          start=now),
-                         lambda src: Detector(rules, host=src.host, devices=src.devices()),
+                         lambda src: build_detector(rules, host=src.host, devices=src.devices(),
+                                                    mode="live"),
                          clock, spec="sim:healthy", interval=1.0, anomaly=hook)
     first = None
     for i in range(int(minutes * 60)):

@@ -7,6 +7,8 @@ from anomaly_helpers import healthy_model, sim_grid
 
 from watchdog.anomaly import explain, runner, train
 from watchdog.anomaly import features as F
+from watchdog.anomaly.offline import judge_recording
+from watchdog.detect.engaged import EngagedTimeline
 from watchdog.incident import Incident
 
 FAULT = "sim:hbm_sag(gpus=3)@5m"
@@ -14,8 +16,8 @@ FAULT = "sim:hbm_sag(gpus=3)@5m"
 
 def _found(model: train.Model, spec: str, incidents: list[Incident] = ()) -> list[Incident]:  # type: ignore[assignment]
     g, feats = sim_grid(spec, 20.0, seed=7)
-    found, _ = runner.replay_incidents(model, g, list(incidents), "node", feats=feats)
-    return found
+    return judge_recording(model, g, "node", EngagedTimeline.of_incidents(incidents),
+                           feats=feats)
 
 
 def test_a_healthy_model_flags_an_unnamed_fault_and_explains_it() -> None:

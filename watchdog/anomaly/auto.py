@@ -32,7 +32,8 @@ import numpy as np
 
 from watchdog.anomaly import features as F
 from watchdog.anomaly import persist, train
-from watchdog.anomaly.runner import EVERY_S, LiveAnomaly
+from watchdog.anomaly.runner import EVERY_S
+from watchdog.anomaly.stage import AnomalyStage, Engagement
 from watchdog.errors import InputError
 from watchdog.units import duration_in, parse_duration
 
@@ -93,7 +94,7 @@ class DaemonModel:
         self.interval = interval
         self._gpu_model = gpu_model or (lambda: self._gpu_name)
         self._gpu_name = "unknown"
-        self.live = LiveAnomaly(None, host or "localhost", interval)
+        self.stage = AnomalyStage(None, host or "localhost", interval)
         self.state = "starting"
         self.error: str | None = None
         self.fitted_at: float | None = None
@@ -101,7 +102,6 @@ class DaemonModel:
         self._busy_s: dict[str, float] = {}
         self._engaged_at: dict[str, float] = {}
         self._uuids: list[str] = []
-        self._next = -np.inf
         self._worker: threading.Thread | None = None
         self._fitted: tuple[Any, float, float] | None = None  # model, when, busy min
         self._started = False
@@ -111,9 +111,7 @@ class DaemonModel:
     def open(self, host: str, devices: list[Any]) -> None:
         """The source is open: its host names the incidents, its GPUs' product name picks
         (and is written into) the model."""
-        self.live.host = host
-        if self.live.runner is not None:
-            self.live.runner.host = host
+        self.stage.set_host(host)
         names = [d.name for d in devices if getattr(d, "name", None)]
         self._gpu_name = names[0] if names else "unknown"
 
@@ -124,9 +122,9 @@ class DaemonModel:
         if interval == self.interval:
             return
         old, self.interval = self.interval, interval
-        model = self.live.model
+        model = self.stage.model
         keep = model is not None and abs(model.step - interval) <= 1e-6
-        self.live = LiveAnomaly(model if keep else None, self.live.host, interval)
+        self.stage = AnomalyStage(model if keep else None, self.stage.host, interval)
         self._rows.clear()
         self._busy_s = {}
         if model is None or keep:
@@ -141,18 +139,21 @@ class DaemonModel:
             self.state, self.error = "off", why
 
     # --- the hook --------------------------------------------------------------------
-    def __call__(self, now: float, samples: list[Any], engaged: set[str]) -> list[Any]:
+    def __call__(self, now: float, samples: list[Any], engaged: Engagement) -> list[Any]:
+        """One tick: the readings in, the windows the detector has caught up with judged
+        (:class:`~watchdog.anomaly.stage.AnomalyStage`), training data collected."""
         if not self._started:
             self._start()
         if self._fitted is not None:  # a fit finished on the worker thread
             model, at, busy = self._fitted
             self._fitted = None
-            self.live.set_model(model)
+            self.stage.set_model(model)
             self.fitted_at, self.state = at, "scoring"
             self.coarse, self._busy_at_fit = train.coarse(model), busy
-        out = self.live(now, samples, engaged)
+        self.stage.add_samples(now, samples)
+        out = self.stage.judge(engaged)
         if self.settings.use == "auto":
-            self._collect(now, engaged)
+            self._collect(now, engaged.at(engaged.until))
             self._maybe_fit(now)
         return out
 
@@ -177,7 +178,7 @@ class DaemonModel:
             log.warning("saved model not used (%s); baselining again", e)
             self.state = "collecting"
             return
-        self.live.set_model(model)
+        self.stage.set_model(model)
         self.fitted_at, self.state = model.trained_to, "scoring"
         self.coarse = self.settings.use == "auto" and train.coarse(model)
         log.info("anomaly model %s loaded: threshold %.3f, trained on %s", path,
@@ -190,15 +191,14 @@ class DaemonModel:
                     train.coarse_note(model), self.settings.baseline_s / 60.0)
 
     def _collect(self, now: float, engaged: set[str]) -> None:
-        """Every :data:`EVERY_S`: keep the window's features unless a rule is engaged."""
-        if now < self._next:
+        """At every window the stage judges (every :data:`EVERY_S`): keep its features
+        for the next fit, unless a rule is engaged on the GPU (or was, a window ago)."""
+        latest = self.stage.latest
+        if latest is None or latest[0] != now or latest[1] is None:
             return
-        self._next = now + EVERY_S - 1e-6
-        feats = self.live.window()
-        if feats is None:
-            return
-        if self.live.uuids != self._uuids:  # other GPUs: start over
-            self._uuids = list(self.live.uuids)
+        feats = latest[1]
+        if self.stage.uuids != self._uuids:  # other GPUs: start over
+            self._uuids = list(self.stage.uuids)
             self._rows.clear()
             self._busy_s = {}
         pad = F.WINDOW_S
@@ -268,13 +268,13 @@ class DaemonModel:
 
     def status(self) -> dict[str, Any]:
         """The ``model`` block of ``watchdog status``."""
-        m = self.live.model
+        m = self.stage.model
         return {"use": self.settings.use, "state": self.state,
                 "busy_min": round(self.busy_minutes(), 1),
                 "need_min": round(self.settings.baseline_s / 60.0),
                 "fitted_at": self.fitted_at,
                 "threshold": None if m is None else round(m.threshold, 4),
                 "coarse": self.coarse,
-                "last_score_max": None if self.live.runner is None
-                else self.live.runner.last_max,
-                "score_ms": round(self.live.scored_ms, 3), "error": self.error}
+                "last_score_max": None if self.stage.runner is None
+                else self.stage.runner.last_max,
+                "score_ms": round(self.stage.scored_ms, 3), "error": self.error}

@@ -93,6 +93,21 @@ def apply(results: list[Any], spec: str, sim_key: str | None,
             if abs(model.step - grid.step) > 1e-6:
                 raise InputError(f"{spec}: trained on a {model.step:g} s grid, {r.path} is "
                                  f"sampled every {grid.step:g} s")
-        found, _ = runner.replay_incidents(model, grid, r.incidents, r.host, start=start,
-                                           feats=feats)
+        found = judge_recording(model, grid, r.host, r.engaged, start=start, feats=feats)
         r.incidents = sorted([*r.incidents, *found], key=lambda i: i.started_at)
+
+
+def judge_recording(model: Any, grid: F.Grid, host: str, engaged: Any = None, *,
+                    start: float | None = None,
+                    feats: np.ndarray | None = None) -> list[Incident]:
+    """The anomaly incidents of a recording on its grid: the windows go through the one
+    scoring stage (:class:`~watchdog.anomaly.stage.AnomalyStage`), judged as the agent
+    would have judged them tick by tick, skipping GPUs where the detector had a rule
+    pending or firing (``engaged``: its timeline; None: no rules ran). ``start``: ticks
+    before it are not judged (the part ``--model auto`` fitted on)."""
+    from watchdog.anomaly.stage import NEVER, AnomalyStage
+
+    stage = AnomalyStage(model, host, grid.step, start=start)
+    stage.add_grid(grid, feats)
+    stage.judge(engaged if engaged is not None else NEVER)
+    return stage.incidents

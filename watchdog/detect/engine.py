@@ -23,6 +23,7 @@ from typing import Any
 
 import numpy as np
 
+from watchdog.detect.engaged import EngagedTimeline
 from watchdog.detect.intake import Columns, Intake, frame_columns, tick_columns
 from watchdog.detect.learned import PowerLevels, load_waits, waits_to_dict
 from watchdog.detect.ledger import Ledger
@@ -142,6 +143,13 @@ class Detector:
     def drain(self) -> list[tuple[str, Incident]]:
         """Transitions since the last drain, in time order: ("firing"|"resolved", inc)."""
         return self._ledger.drain()
+
+    @property
+    def engaged(self) -> EngagedTimeline:
+        """When each GPU had a rule pending or firing, by data time, up to the last tick
+        evaluated (:mod:`watchdog.detect.engaged`): the anomaly model's answer to "is a
+        rule about to name this?", the same in live and replay."""
+        return self._rules.engaged
 
     def engaged_gpus(self) -> set[str]:
         """UUIDs where any rule is pending or firing now (the anomaly model stays quiet

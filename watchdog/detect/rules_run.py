@@ -22,6 +22,7 @@ from typing import Any
 import numpy as np
 
 import watchdog.detect.rows as blockrows
+from watchdog.detect.engaged import EngagedTimeline
 from watchdog.detect.evaluate import Evaluator, numeric, truth
 from watchdog.detect.grouping import add_members, make_incident, members, node_value
 from watchdog.detect.intake import Gpu
@@ -48,6 +49,7 @@ class RuleRunner:
         self.rules = rules
         self.host = host
         self.ledger = ledger
+        self.engaged = EngagedTimeline()  # when each GPU had a rule pending or firing
         self.pruned: set[str] = set() if metrics is None else {
             r.name for r in rules if never_true(r.condition, metrics)}
         live = [r for r in rules if r.name not in self.pruned]
@@ -104,6 +106,8 @@ class RuleRunner:
         for name in self._learning:
             block.value(name)
         self._ev.end_block(block)
+        if len(ticks):
+            self.engaged.evaluated(float(ticks[-1]))
 
     def engaged_gpus(self) -> set[str]:
         """UUIDs where any rule is pending or firing now."""
@@ -185,7 +189,11 @@ class RuleRunner:
                                                    st.since, float(b.ts[at]), vals,
                                                    self._extra(rule, st)))
 
-        return machine.run(inputs, on_fire, lambda _k, t, st: self._resolve(t, st))
+        out = machine.run(inputs, on_fire, lambda _k, t, st: self._resolve(t, st))
+        for uuid, spans in out.items():
+            for since, end in spans:
+                self.engaged.episode(rule.name, uuid, since, end)
+        return out
 
     def _run_node_rule(self, rule: Rule, ticks: np.ndarray, slots: list[tuple[str, int]],
                        gpus: Mapping[str, Gpu], b: Block, active: dict[str, Any]) -> tuple:
@@ -222,6 +230,9 @@ class RuleRunner:
 
         out = machine.run([(NODE, ticks, cond, clr)], on_fire,
                           lambda _k, t, st: self._resolve(t, st))
+        if out[NODE] or self.engaged.carries(rule.name):  # each GPU holding it meanwhile
+            active = blockrows.covered(out[NODE], ticks)
+            self.engaged.node_runs(rule.name, ticks, condm & active[:, None], uuids)
         held_for = self._held_durations(rule.name, ticks, condm, uuids, full=bool(firing))
         for inc in firing:  # GPUs that join while it fires are listed too (one event) once
             # their own condition has held as long as the incident's `for:` (a rank 0 that

@@ -152,7 +152,7 @@ class LivePipeline:
         self._updates(changes)
         if self.anomaly is not None:
             try:
-                changes.extend(self.anomaly(now, samples, self.detector.engaged_gpus()))
+                changes.extend(self.anomaly(now, samples, self.detector.engaged))
             except Exception as e:  # noqa: BLE001 - the model must not stop the rules
                 log.error("anomaly model failed: %s: %s", type(e).__name__, e)
         ms = (time.perf_counter() - t0) * 1000.0

@@ -27,11 +27,12 @@ class Alerting(Protocol):
 
 class AnomalyHook(Protocol):
     """The anomaly model as the live pipeline runs it (:mod:`watchdog.anomaly.auto`):
-    called each tick with the samples and the GPUs where a rule is pending or firing,
-    returns anomaly transitions."""
+    called each tick with the samples and the detector's engaged timeline (when a rule
+    was pending or firing on which GPU, up to the last tick it evaluated), returns anomaly
+    transitions."""
 
     def __call__(self, now: float, samples: list[Sample],
-                 engaged: set[str]) -> list[tuple[str, Incident]]: ...
+                 engaged: Any) -> list[tuple[str, Incident]]: ...
     def status(self) -> dict[str, Any]: ...
     def open(self, host: str, devices: list[Any]) -> None: ...
 

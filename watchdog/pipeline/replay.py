@@ -53,6 +53,7 @@ class Replayed:
     frames: list[Any]
     incidents: list[Incident] = field(default_factory=list)
     stats: dict[str, Any] | None = None  # gpus/samples/start/end when frames are a sample
+    engaged: Any = None  # when a rule was pending or firing on each GPU (the detector's)
 
     @functools.cached_property
     def frame(self) -> Any:
@@ -99,20 +100,36 @@ def detect(recording: Any, rules: Any, *, host: str | None = None,
            block_rows: int = BLOCK_ROWS, progress: Any = None) -> list[Incident]:
     """Run a fresh detector over ``recording``'s frame (:func:`core.feed_blocks`).
     Returns every incident (active ones have ``resolved_at`` None)."""
+    return list(detector_over(recording, rules, host=host, block_rows=block_rows,
+                              progress=progress).incidents)
+
+
+def detector_over(recording: Any, rules: Any, *, host: str | None = None,
+                  block_rows: int = BLOCK_ROWS, progress: Any = None) -> Any:
+    """The finished detector of :func:`detect` (its incidents, and when each GPU was
+    engaged by a rule, for the anomaly stage)."""
     xids = sorted(getattr(recording, "xids", ()) or (), key=lambda x: x.ts)
     det = core.build_detector(rules, host=host or recording.host,
                               devices=list(recording.devices()), mode="block",
                               metrics=[*recording.metrics, *(["xid"] if xids else [])])
     core.feed_blocks(det, recording.frame, xids, block_rows=block_rows, progress=progress)
-    return list(det.finish())
+    det.finish()
+    return det
 
 
 def detect_parts(parts: Any, rules: Any, *, host: str | None = None,
                  block_rows: int = BLOCK_ROWS, progress: Any = None) -> list[Incident]:
-    """:func:`detect` over a log read in parts (:mod:`watchdog.sources.replay.parts`):
-    the detector works on each part while the next one is parsed. Returns the incidents
-    (``parts.read`` holds the parts); raises ``NotInParts`` when the log must be read
-    whole (then nothing is reported: the caller starts again)."""
+    """:func:`detect` over a log read in parts (see :func:`detector_over_parts`)."""
+    return list(detector_over_parts(parts, rules, host=host, block_rows=block_rows,
+                                    progress=progress).incidents)
+
+
+def detector_over_parts(parts: Any, rules: Any, *, host: str | None = None,
+                        block_rows: int = BLOCK_ROWS, progress: Any = None) -> Any:
+    """The finished detector over a log read in parts
+    (:mod:`watchdog.sources.replay.parts`): it works on each part while the next one is
+    parsed (``parts.read`` holds the parts); raises ``NotInParts`` when the log must be
+    read whole (then nothing is reported: the caller starts again)."""
     det = None
     rows = 0
     for part in parts:
@@ -127,7 +144,8 @@ def detect_parts(parts: Any, rules: Any, *, host: str | None = None,
                          ends_tick=parts.aligned)
     if det is None:  # pragma: no cover - a Parts has at least one range
         raise ValueError("a log in parts without parts")
-    return list(det.finish())
+    det.finish()
+    return det
 
 
 PLOT_ROWS = 400_000  # rows kept for --plot from a streamed simulation (every n-th tick)
@@ -221,7 +239,8 @@ def _replay_sim(path: str, opts: ReplayOptions, rules: Any, fb: Feedback) -> Rep
     stats = {"gpus": len(uuids), "samples": rows,
              "start": iso(first_ts) if first_ts is not None else None,
              "end": iso(last_ts) if last_ts is not None else None}
-    return Replayed(path, host, frames, incidents, stats=stats)
+    return Replayed(path, host, frames, incidents, stats=stats,
+                    engaged=det.engaged if det is not None else None)
 
 
 def open_input(path: str, opts: ReplayOptions, in_parts: bool = True) -> Any:
@@ -261,9 +280,10 @@ def replay_inputs(paths: Sequence[str], rules: Any, opts: ReplayOptions,
             fb.warn(line)
         host = opts.host or rec.host
         with fb.progress(len(rec.frame), Path(path).name) as bar:
-            incidents = detect(rec, rules, host=host, block_rows=opts.block_rows,
-                               progress=bar)
-        out.append(Replayed(path, host, [rec.frame], incidents))
+            det = detector_over(rec, rules, host=host, block_rows=opts.block_rows,
+                                progress=bar)
+        out.append(Replayed(path, host, [rec.frame], list(det.incidents),
+                            engaged=det.engaged))
     return out
 
 
@@ -282,12 +302,12 @@ def _in_parts(path: str, opts: ReplayOptions, rules: Any,
         return None, False
     with parts, fb.progress(0, Path(path).name) as bar:
         try:
-            incidents = detect_parts(parts, rules, host=opts.host,
-                                     block_rows=opts.block_rows, progress=bar)
+            det = detector_over_parts(parts, rules, host=opts.host,
+                                      block_rows=opts.block_rows, progress=bar)
         except NotInParts:
             return None, True
         read = parts.read
         for line in parts.warnings() or ():
             fb.warn(line)
         return Replayed(path, opts.host or read[0].host, [p.frame for p in read],
-                        incidents), True
+                        list(det.incidents), engaged=det.engaged), True
