@@ -69,7 +69,10 @@ def main(argv: list[str]) -> int:
         tmp = progress.with_suffix(".tmp")  # atomic: a kill mid-write leaves the old one
         tmp.write_text(f"{t:.3f}")
         os.replace(tmp, progress)
-        if t >= END:
+        # past the script's end a restarted agent keeps running (as a real one does)
+        # until what it holds for the detector after a restart has resolved
+        holding = any(a.state == "resolving" for a in n.policy.alerts.values())
+        if t >= END and (not holding or t >= END + 2 * cfg.restart_grace):
             break
         time.sleep(0.01)
     left = n.drain(30)
