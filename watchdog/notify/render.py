@@ -126,6 +126,8 @@ _WORDS: dict[str, tuple[str, str]] = {
     "recovery": ("NVLink recoveries", ""), "replay": ("NVLink replays", ""),
     "crc_flit": ("NVLink flit CRC errors", ""), "crc_data": ("NVLink data CRC errors", ""),
     "failed_calls": ("failed NVML calls", ""),
+    "retired": ("retired memory pages", ""),
+    "remapped": ("rows remapped for uncorrectable errors", ""),
 }
 _FLAGS: dict[str, str] = {"brake": "power brake", "remap_pending": "row remap pending",
                           "remap_failure": "row remap failed"}
