@@ -93,21 +93,57 @@ def apply(results: list[Any], spec: str, sim_key: str | None,
             if abs(model.step - grid.step) > 1e-6:
                 raise InputError(f"{spec}: trained on a {model.step:g} s grid, {r.path} is "
                                  f"sampled every {grid.step:g} s")
-        found = judge_recording(model, grid, r.host, r.engaged, start=start, feats=feats)
+        found = judge_recording(model, grid, r.host, r.engaged, start=start, feats=feats,
+                                rules=r.incidents)
         r.incidents = sorted([*r.incidents, *found], key=lambda i: i.started_at)
 
 
+class _Upto:
+    """An engagement timeline seen only up to ``until`` (s): the stage judges the windows
+    the agent would have judged before a rule's transition at that time."""
+
+    def __init__(self, engaged: Any, until: float) -> None:
+        self._engaged = engaged
+        self.until = min(until, engaged.until)
+
+    def at(self, t: float) -> set[str]:
+        return self._engaged.at(t)
+
+
 def judge_recording(model: Any, grid: F.Grid, host: str, engaged: Any = None, *,
-                    start: float | None = None,
-                    feats: np.ndarray | None = None) -> list[Incident]:
+                    start: float | None = None, feats: np.ndarray | None = None,
+                    rules: list[Incident] | None = None) -> list[Incident]:
     """The anomaly incidents of a recording on its grid: the windows go through the one
     scoring stage (:class:`~watchdog.anomaly.stage.AnomalyStage`), judged as the agent
     would have judged them tick by tick, skipping GPUs where the detector had a rule
     pending or firing (``engaged``: its timeline; None: no rules ran). ``start``: ticks
-    before it are not judged (the part ``--model auto`` fitted on)."""
+    before it are not judged (the part ``--model auto`` fitted on).
+
+    ``rules``: the recording's rule incidents. Then the anomalies meet them as the agent's
+    do (:class:`~watchdog.anomaly.handover.Handover`, one page per problem): the windows
+    are judged up to each rule transition, then the transition goes in; an anomaly a rule
+    took over is left out of the list returned (it is in the rule's evidence)."""
+    from watchdog.anomaly.handover import Handover
     from watchdog.anomaly.stage import NEVER, AnomalyStage
 
     stage = AnomalyStage(model, host, grid.step, start=start)
     stage.add_grid(grid, feats)
-    stage.judge(engaged if engaged is not None else NEVER)
-    return stage.incidents
+    timeline = engaged if engaged is not None else NEVER
+    if not rules:
+        stage.judge(timeline)
+        return stage.incidents
+    hand = Handover()
+    events: list[tuple[float, int, str, Incident]] = []
+    for k, inc in enumerate(rules):
+        if inc.fired_at is None or inc.kind == "anomaly":
+            continue
+        events.append((inc.fired_at, k, "firing", inc))
+        if inc.resolved_at is not None:
+            events.append((inc.resolved_at, k, "resolved", inc))
+    events.sort(key=lambda e: (e[0], e[2] == "firing", e[1]))
+    for t, _k, what, inc in events:
+        hand(stage.judge(_Upto(timeline, t - 1e-6)))  # a tick: the rules' changes first
+        hand([(what, inc)])
+    hand(stage.judge(timeline))
+    gone = {id(a) for a in hand.superseded}
+    return [a for a in stage.incidents if id(a) not in gone]

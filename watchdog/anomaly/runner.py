@@ -72,6 +72,9 @@ class Runner:
             above = bool(scores[g] > self.model.threshold)
             hist.append((now, above))
             inc = self.active.get(uuid)
+            if inc is not None and inc.resolved_at is not None:
+                del self.active[uuid]  # a rule's incident took it over (anomaly/handover.py)
+                inc = None
             if inc is not None:
                 self._below[uuid] = 0 if above else self._below.get(uuid, 0) + 1
                 if above and scores[g] > inc.evidence["score"]:

@@ -23,6 +23,7 @@ import time
 from collections.abc import Callable, Sequence
 from typing import Any
 
+from watchdog.anomaly.handover import Handover
 from watchdog.clock import Clock
 from watchdog.errors import SourceUnavailable
 from watchdog.incident import Incident
@@ -77,6 +78,7 @@ class LivePipeline:
         self.notifier = notifier
         self.recorder = recorder
         self.anomaly = anomaly
+        self.handover = Handover()  # one page per problem: a rule takes an anomaly over
         self.host = host
         self.stats = TickStats()
         self.source: LiveSource | None = None
@@ -155,6 +157,7 @@ class LivePipeline:
                 changes.extend(self.anomaly(now, samples, self.detector.engaged))
             except Exception as e:  # noqa: BLE001 - the model must not stop the rules
                 log.error("anomaly model failed: %s: %s", type(e).__name__, e)
+            changes = self.handover(changes)
         ms = (time.perf_counter() - t0) * 1000.0
         self.stats.last_detect_ms = ms
         self.stats.max_detect_ms = max(self.stats.max_detect_ms, ms)
