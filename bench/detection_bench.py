@@ -14,8 +14,19 @@ generated with the bulk generator, replayed through the shipped rules in blocks 
 Then every log in ../shared/real-telemetry (skipped with a message when absent) is
 replayed: none holds a confirmed incident, so every incident there is a false alert.
 
-    /tmp/venv/bin/python bench/detection_bench.py           # 3 seeds, ~minutes on 2 cores
-    /tmp/venv/bin/python bench/detection_bench.py --quick   # 1 seed, 1 s only for healthy
+With ``--inject``, faults written into copies of the real logs of ../shared/real-telemetry
+and ../shared/real-gpu (``watchdog.testing.inject``: a hang, a stall, a thermal throttle,
+memory pressure, and an inference server's long idle gap that must stay quiet), with
+column subsets removed (power limit, clocks, reason bits, memory total, GPU name; or
+``memory.free`` and ``temperature.gpu.tlimit`` written in their place) and the sampling
+thinned to 10, 30 and 60 s (``watchdog.testing.recall``), plus every untouched log in
+each subset and sampling: per rule x subset x sampling, how many were found in time, how
+many the replay said it could not judge (its coverage notes), how many were missed or
+late, and the false alerts.
+
+    .venv/bin/python bench/detection_bench.py           # 3 seeds, ~30 s on 2 cores
+    .venv/bin/python bench/detection_bench.py --quick   # 1 seed, 1 s only for healthy
+    .venv/bin/python bench/detection_bench.py --inject  # + real logs with faults (~3 min)
 """
 
 from __future__ import annotations
@@ -167,6 +178,59 @@ def run_real() -> list[tuple[str, int, int, list[str]]]:
     return rows
 
 
+def run_injected(verbose: bool) -> int:
+    """The injected-fault matrix on real logs (see the module docs); prints the table and
+    returns the number of misses, late alerts and false alerts (0 is the goal)."""
+    from watchdog.detect import load_rules
+    from watchdog.testing import recall
+
+    real_gpu = Path(os.environ.get("WATCHDOG_REAL_GPU", REPO.parent / "shared" / "real-gpu"))
+    logs = recall.log_cases(REAL, real_gpu)
+    if not logs:
+        print(f"injected faults: skipped ({REAL} and {real_gpu} not found)")
+        return 0
+    rules = load_rules()
+    cells: dict[tuple[str, str, str], list[Any]] = defaultdict(list)
+    bad = 0
+    for log, kind, subset, step in recall.cases(logs):
+        r = recall.run_case(log, kind, subset, step, rules)
+        if r.outcome.startswith("not injected"):
+            continue
+        cells[(kind or "untouched", subset, "native" if step is None else f"{step:g} s")
+              ].append(r)
+        worse = r.outcome in ("missed", "late", "paged") or bool(r.false)
+        bad += worse
+        if worse and verbose:
+            print(f"  {r.case} {kind} {subset} {step}: {r.outcome} {r.false[:2]}")
+    print("injected faults on real logs (found in time / said it could not judge / missed "
+          "or late; false alerts; time to alert min/median/max):")
+    print(f"  {'fault':17} {'columns':34} {'sampling':9} {'found':>5} {'said':>5} "
+          f"{'miss':>5} {'false':>5}  tta")
+    for (kind, subset, step), rs in sorted(cells.items()):
+        found = sum(r.outcome == "found" for r in rs)
+        said = sum(r.outcome == "said" for r in rs)
+        miss = sum(r.outcome in ("missed", "late", "paged") for r in rs)
+        false = sum(len(r.false) for r in rs)
+        ttas = [r.tta for r in rs if r.tta is not None and r.outcome == "found"]
+        quiet = sum(r.outcome == "quiet" for r in rs)
+        extra = f"  {fmt_tta(ttas)}" if ttas else (f"  {quiet}/{len(rs)} quiet" if quiet
+                                                    else "")
+        print(f"  {kind:17} {subset:34} {step:9} {found:5d} {said:5d} {miss:5d} "
+              f"{false:5d}{extra}")
+    totals = defaultdict(lambda: [0, 0, 0, 0, 0])
+    for (kind, _s, _t), rs in cells.items():
+        t = totals[kind]
+        t[0] += sum(r.outcome == "found" for r in rs)
+        t[1] += sum(r.outcome == "said" for r in rs)
+        t[2] += sum(r.outcome in ("missed", "late", "paged") for r in rs)
+        t[3] += sum(len(r.false) for r in rs)
+        t[4] += len(rs)
+    for kind, (found, said, miss, false, n) in sorted(totals.items()):
+        print(f"  TOTAL {kind:17} {n:4d} cases: {found} found, {said} said, {miss} missed "
+              f"or late, {false} false alert(s)")
+    return bad
+
+
 def fmt_tta(values: list[float]) -> str:
     if not values:
         return "-"
@@ -178,6 +242,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--quick", action="store_true", help="one seed, fewer healthy runs")
     ap.add_argument("--seeds", type=int, default=3, help="seeds per configuration (default 3)")
     ap.add_argument("-v", "--verbose", action="store_true", help="list every miss and false alert")
+    ap.add_argument("--inject", action="store_true",
+                    help="also write faults into the real logs and score them (~3 min)")
     a = ap.parse_args(argv)
     seeds = [0] if a.quick else list(range(a.seeds))
     t0 = time.perf_counter()
@@ -217,8 +283,9 @@ def main(argv: list[str] | None = None) -> int:
         for s in scores.values():
             for line in s.missed:
                 print("  " + line)
+    bad = run_injected(a.verbose) if a.inject else 0
     print(f"elapsed {time.perf_counter() - t0:.0f} s")
-    return 0
+    return 1 if bad else 0
 
 
 if __name__ == "__main__":

@@ -40,8 +40,11 @@ def run_json(argv: list[str], capsys: pytest.CaptureFixture[str]) -> dict:
 
 def test_json_document_has_the_contract_shape(tmp_path, capsys):
     doc = run_json([str(smi_log(tmp_path / "node7.csv"))], capsys)
-    assert set(doc) == {"incidents", "sources", "rules"}
+    assert set(doc) == {"incidents", "sources", "rules", "coverage"}
     assert doc["rules"] == len(load_rules())
+    # what the log let the rules judge: this log has no clocks, reasons or limit columns
+    assert all(set(c) >= {"path", "rule", "judged", "note"} for c in doc["coverage"])
+    assert {c["path"] for c in doc["coverage"]} == {str(tmp_path / "node7.csv")}
     (src,) = doc["sources"]
     assert src == {"path": str(tmp_path / "node7.csv"), "host": "node7", "gpus": 2,
                    "samples": 840, "start": "2025-11-21T08:00:00.000+00:00",

@@ -53,6 +53,12 @@ METRICS: tuple[Metric, ...] = (
        "0 if its processes are known and none serves.", ()),
     _M("memory.total", "MiB", "gauge", "nvmlDeviceGetMemoryInfo(version=2).total",
        "Framebuffer memory size.", ("memory.total [MiB]",)),
+    _M("memory.free", "MiB", "gauge", "nvmlDeviceGetMemoryInfo(version=2).free",
+       "Framebuffer memory free (a log without memory.total: total = used + free + "
+       "reserved).", ("memory.free [MiB]",)),
+    _M("memory.reserved", "MiB", "gauge", "nvmlDeviceGetMemoryInfo(version=2).reserved",
+       "Framebuffer memory the driver reserves (recent drivers; counted in neither used "
+       "nor free).", ("memory.reserved [MiB]",)),
     # --- power and energy -------------------------------------------------------------
     _M("power.draw", "W", "gauge", "nvmlDeviceGetPowerUsage (mW) or NVML_FI_DEV_POWER_INSTANT",
        "Board power draw.", ("power.draw [W]", "power.draw.instant")),
@@ -66,6 +72,9 @@ METRICS: tuple[Metric, ...] = (
        "GPU core temperature.", ()),
     _M("temperature.memory", "C", "gauge", "NVML_FI_DEV_MEMORY_TEMP",
        "HBM temperature (data-centre parts only).", ()),
+    _M("temperature.gpu.tlimit", "C", "gauge", "NVML_FI_DEV_TEMPERATURE_GPU_MAX_TLIMIT",
+       "Degrees below the GPU's max operating temperature (T.Limit), where it starts to "
+       "slow itself down; negative above it.", ()),
     _M("fan.speed", "%", "gauge", "nvmlDeviceGetFanSpeed",
        "Intended fan speed; N/A on passively cooled data-centre boards.", ("fan.speed [%]",)),
     # --- clocks and performance state -------------------------------------------------
@@ -166,8 +175,14 @@ for _m in METRICS:
 NAMES: tuple[str, ...] = tuple(m.name for m in METRICS)
 #: Metrics the agent adds to a reading itself (not read from NVML, never in a log).
 AGENT_NAMES: frozenset[str] = frozenset({"nvml.errors"})
-#: What a source reports in every sample: every metric but the agent's own.
-SOURCE_NAMES: tuple[str, ...] = tuple(n for n in NAMES if n not in AGENT_NAMES)
+#: Metrics read only from logs: the live agent has what they stand in for from NVML's
+#: inventory (memory total, temperature thresholds), so it does not sample them.
+LOG_NAMES: frozenset[str] = frozenset({"memory.free", "memory.reserved",
+                                       "temperature.gpu.tlimit"})
+#: What a source reports in every sample: every metric but the agent's own and the
+#: log-only ones.
+SOURCE_NAMES: tuple[str, ...] = tuple(n for n in NAMES
+                                      if n not in AGENT_NAMES and n not in LOG_NAMES)
 
 
 def canonical(name: str) -> str | None:
@@ -192,3 +207,103 @@ def get(name: str) -> Metric:
         return BY_NAME[name]
     except KeyError:
         raise KeyError(f"unknown metric {name!r}") from None
+
+
+# --- GPU models ------------------------------------------------------------------------
+#
+# Figures a log may lack, by GPU model, for the rules' fallbacks (``docs/rules.md``,
+# "What each rule uses"): the power limit (TDP, W), the idle power (W, no work), the
+# framebuffer size (MiB, as NVML reports it) and the temperature at which the GPU starts
+# to slow itself down (its max operating temperature, T.Limit 0, C). Every figure names
+# its source; ``verified`` lists the figures measured on that model's own readings in the
+# team's real logs (``real-gpu/``, ``real-telemetry/``), the others are datasheet or
+# issue-thread figures not checked here: a page quoting one says "unverified".
+
+
+@dataclass(frozen=True, slots=True)
+class GpuModel:
+    """One GPU model's figures (None: not known). ``match``: substrings of
+    ``nvidia-smi``'s ``name`` (case-insensitive), the first model matching wins."""
+
+    label: str
+    match: tuple[str, ...]
+    tdp_w: float | None = None
+    idle_w: float | None = None
+    memory_mib: float | None = None
+    max_operating_c: float | None = None
+    source: str = ""
+    verified: frozenset[str] = frozenset()
+
+    def figure(self, field: str) -> tuple[float | None, bool]:
+        """``(value, verified)`` of ``tdp_w``, ``idle_w``, ``memory_mib`` or
+        ``max_operating_c``."""
+        return getattr(self, field), field in self.verified
+
+
+_H100_Q = "real-gpu/h100-spin-hang/nvidia-smi-q.txt and smi_a.csv (driver 580)"
+GPU_MODELS: tuple[GpuModel, ...] = (
+    GpuModel("H100 NVL", ("h100 nvl",), tdp_w=400.0, memory_mib=95830.0,
+             source="memory: real-telemetry/fridanl__thesis-mas (95830 MiB); TDP: NVIDIA "
+                    "H100 NVL product brief (350-400 W, 400 W default)",
+             verified=frozenset({"memory_mib"})),
+    GpuModel("H100 PCIe", ("h100 pcie",), tdp_w=350.0, memory_mib=81559.0,
+             source="TDP: NVIDIA product brief PB-11133-001 (reference/anchors-mission.md); "
+                    "memory: as the SXM part"),
+    GpuModel("H100 SXM", ("h100 80gb hbm3", "h100 sxm", "h800"), tdp_w=700.0, idle_w=74.0,
+             memory_mib=81559.0, max_operating_c=87.0,
+             source=f"{_H100_Q}: 700 W default and max limit, 81559 MiB, T.Limit 56 C at "
+                    "31 C (max operating 87 C; slowdown at -2 C = 89 C), 74 W idle "
+                    "without a CUDA context (122 W with one)",
+             verified=frozenset({"tdp_w", "idle_w", "memory_mib", "max_operating_c"})),
+    GpuModel("H200", ("h200",), tdp_w=700.0, idle_w=75.0, memory_mib=143771.0,
+             source="idle: real-telemetry/Leo-hxu (4x H200 by its metadata, 74-77 W at "
+                    "345 MHz); TDP and memory: NVIDIA H200 datasheet",
+             verified=frozenset({"idle_w"})),
+    GpuModel("A100 SXM 80GB", ("a100-sxm4-80gb", "a100 80gb hbm2e"), tdp_w=400.0,
+             memory_mib=81920.0, max_operating_c=85.0,
+             source="NVIDIA A100 datasheet (400 W); max operating: nvidia-smi -q of A100 "
+                    "boards (85 C), as the simulator's A100"),
+    GpuModel("A100 SXM 40GB", ("a100-sxm4-40gb", "a100-sxm"), tdp_w=400.0,
+             memory_mib=40960.0, max_operating_c=85.0,
+             source="NVIDIA A100 datasheet (400 W); max operating 85 C as above"),
+    GpuModel("A100 PCIe 80GB", ("a100 80gb pcie", "a100-pcie-80gb"), tdp_w=300.0,
+             memory_mib=81920.0, max_operating_c=85.0,
+             source="NVIDIA A100 80GB PCIe product brief (300 W)"),
+    GpuModel("A100 PCIe 40GB", ("a100-pcie-40gb", "a100-pcie"), tdp_w=250.0, idle_w=35.0,
+             memory_mib=40960.0, max_operating_c=85.0,
+             source="DESIGN.md traps (250 W limit, ~35 W idle); max operating 85 C "
+                    "(nvidia-smi of A100 PCIe boards, the simulator's a100-pcie)"),
+    GpuModel("A100", ("a100",), tdp_w=400.0, idle_w=62.0,
+             source="idle: real-telemetry/Leo-hxu (4x A100 by its metadata, 61-65 W at "
+                    "210 MHz); TDP: A100 SXM datasheet",
+             verified=frozenset({"idle_w"})),
+    GpuModel("L40S", ("l40s",), tdp_w=350.0, idle_w=38.0, memory_mib=46068.0,
+             source="idle: real-telemetry/Leo-hxu (4x L40S by its metadata, 37-40 W at "
+                    "210 MHz); TDP and memory: NVIDIA L40S datasheet",
+             verified=frozenset({"idle_w"})),
+    GpuModel("L40", ("l40",), tdp_w=300.0, memory_mib=46068.0,
+             source="NVIDIA L40 datasheet"),
+    GpuModel("L4", ("l4",), tdp_w=72.0, memory_mib=23034.0, source="NVIDIA L4 datasheet"),
+    GpuModel("A10G", ("a10g",), tdp_w=300.0, memory_mib=23028.0,
+             source="AWS G5 documentation (A10G)"),
+    GpuModel("A10", ("a10",), tdp_w=150.0, memory_mib=23028.0, source="NVIDIA A10 datasheet"),
+    GpuModel("A40", ("a40",), tdp_w=300.0, memory_mib=46068.0, source="NVIDIA A40 datasheet"),
+    GpuModel("A30", ("a30",), tdp_w=165.0, memory_mib=24576.0, source="NVIDIA A30 datasheet"),
+    GpuModel("V100 PCIe", ("v100-pcie",), tdp_w=250.0,
+             source="horovod/horovod#3611 (V100-PCIE-32GB, 250 W limit)"),
+    GpuModel("V100 SXM2", ("v100-sxm2", "v100"), tdp_w=300.0,
+             source="NVIDIA V100 datasheet (SXM2 300 W)"),
+    GpuModel("T4", ("tesla t4", " t4"), tdp_w=70.0, memory_mib=15360.0,
+             source="NVIDIA T4 datasheet"),
+)
+
+
+def gpu_model(name: str | None) -> GpuModel | None:
+    """The catalogue's model for ``nvidia-smi``'s ``name`` (None: unknown or no name)."""
+    if not name:
+        return None
+    low = name.lower()
+    for m in GPU_MODELS:
+        if any(k in low for k in m.match):
+            return m
+    return None

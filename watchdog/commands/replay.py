@@ -12,7 +12,11 @@ fraction of the cost.
 
 Output: a table (times in UTC) or, with ``--json``, exactly one JSON object on stdout:
 ``{"incidents": [...], "sources": [{"path", "host", "gpus", "samples", "start", "end"}],
-"rules": N}``. Several paths are replayed one after another, each with a fresh detector,
+"rules": N, "coverage": [{"path", "rule", "judged", "note"[, "since"]}]}``. What each log
+let the rules judge is said once per log on stderr too: the rules that could not run on it
+and why (``comm_hang: no power.draw column``), and those that ran on a fallback
+(``thermal_throttle: temperature only: slowdown at 87 C from the catalogue``). Several
+paths are replayed one after another, each with a fresh detector,
 and their incidents concatenated. Progress goes to stderr, only on a terminal and never
 with ``--json``.
 
@@ -178,14 +182,43 @@ def plot_paths(target: str, n: int) -> list[Path]:
     return [p] + [p.with_name(f"{p.stem}-{k}{p.suffix}") for k in range(2, n + 1)]
 
 
+def coverage_lines(path: str, notes: list[Any]) -> list[str]:
+    """What a log let the rules judge, for stderr: the rules that could not run on it
+    (rules with the same reason on one line) and those that ran on a fallback."""
+    off: dict[str, list[str]] = {}
+    on: list[str] = []
+    for n in notes:
+        if n.judged:
+            on.append(f"  {'every rule' if n.rule == '*' else n.rule}: {n.text}")
+        else:
+            off.setdefault(n.text, []).append(n.rule)
+    from watchdog.sources import is_sim
+
+    out = []
+    name = path if is_sim(path) else Path(path).name
+    if off:
+        count = sum(len(v) for v in off.values())
+        out.append(f"watchdog: {name}: {count} rule(s) cannot judge this log:")
+        out += [f"  {', '.join(rules)}: {text}" for text, rules in off.items()]
+    if on:
+        out.append(f"watchdog: {name}: judged on fallbacks:")
+        out += on
+    return out
+
+
 def run(args: argparse.Namespace) -> int:
     """Entry point of ``watchdog replay``."""
     results, rules = replay(args)
     incidents = [inc for r in results for inc in r.incidents]
+    for r in results:  # once per log
+        for line in coverage_lines(r.path, r.notes):
+            print(line, file=sys.stderr)
     if args.json:
         doc = {"incidents": [inc.to_json() for inc in incidents],
                "sources": [r.source_json() for r in results],
-               "rules": rule_count(rules)}
+               "rules": rule_count(rules),
+               "coverage": [{"path": r.path, **n.to_json()} for r in results
+                            for n in r.notes]}
         sys.stdout.write(json.dumps(doc) + "\n")
     else:
         from watchdog.report.table import format_table, gpu_legend

@@ -44,10 +44,14 @@ class DetectorConfig:
     how old a GPU's latest sample may be before node rules treat it as missing.
     ``learn_power_levels``: learn each GPU's idle and busy power from the data (False: the
     fallbacks only, for a burst too short to hold any history; see
-    :class:`~watchdog.detect.learned.PowerLevels`)."""
+    :class:`~watchdog.detect.learned.PowerLevels`). ``interval`` (s): the input's
+    sampling interval when known (a replayed log's): rule windows too short to hold two
+    samples widen (:data:`~watchdog.detect.rules_run.MIN_WINDOW_SAMPLES`), and each
+    incident says so."""
 
     max_gap: float = 30.0
     learn_power_levels: bool = True
+    interval: float | None = None
 
 
 class Detector:
@@ -68,7 +72,7 @@ class Detector:
         announced = None if metrics is None else frozenset(metrics)
         self._ledger = Ledger({r.name: i for i, r in enumerate(self.rules)})
         self._rules = RuleRunner(self.rules, host, self.config.max_gap, announced,
-                                 self._ledger)
+                                 self._ledger, self.config.interval)
         self._pruned = self._rules.pruned  # rules left out for the announced metrics
         self._levels = PowerLevels(self.config.learn_power_levels)
         self._intake = Intake(devices, self.config.max_gap, announced, self._levels)
@@ -130,6 +134,12 @@ class Detector:
         self._feed(cols, hold=False)
 
     @property
+    def widened_to(self) -> float:
+        """The width (s) rule windows shorter than it were widened to for the input's
+        sampling interval (0: none was)."""
+        return max(self._rules.widened.values(), default=0.0)
+
+    @property
     def dropped_samples(self) -> int:
         """Rows dropped so far: time going backwards, or repeated for their GPU."""
         return self._intake.dropped_samples
@@ -185,6 +195,20 @@ class Detector:
         UUID (None where nothing was learned yet), for persistence."""
         self.flush_ticks()
         return self._levels.to_dict([g.uuid for g in self._intake.slots])
+
+    def learned_since(self) -> dict[str, dict[str, float]]:
+        """Per GPU (by UUID): its ``index``, when its idle and busy power levels and its
+        temperature-while-working reference were first known (POSIX s; NaN: never) and
+        its latest sample (``last``), for the coverage notes
+        (:func:`watchdog.detect.coverage.late`)."""
+        self.flush_ticks()
+        lv = self._levels
+        lv.grow(len(self._intake.slots))
+        return {g.uuid: {"index": float(g.index), "idle": float(lv.since["idle"][g.slot]),
+                         "busy": float(lv.since["busy"][g.slot]),
+                         "temp": float(lv.since["temp"][g.slot]),
+                         "work": float(lv.since["work"][g.slot]), "last": g.last_ts}
+                for g in self._intake.slots}
 
     def load_learned_levels(self, levels: dict[str, dict[str, float | None]]) -> None:
         """Restore :meth:`learned_levels` output for the GPUs this detector knows (by UUID;

@@ -47,6 +47,11 @@ def make_incident(rule: Rule, host: str, gpus: list[tuple[int, str]], started_at
                               "rule": rule.name, "kind": rule.kind, "n_gpus": len(gpus)}
     summary = render(rule.summary, fields) if rule.summary else (
         f"{rule.name} on GPU {fields['gpus']}")
+    notes = list(extra.get("fallbacks") or ())
+    if extra.get("windows_widened_to_s"):
+        notes.append(f"sparse log: windows widened to {extra['windows_widened_to_s']:.0f} s")
+    if notes:  # what the judgment stood on, when the log lacked the first source
+        summary = f"{summary.rstrip()} ({'; '.join(notes)})"
     return Incident(kind=rule.kind, severity=rule.severity, host=host,
                     gpus=[str(i) for i, _ in gpus], uuids=[u for _, u in gpus],
                     started_at=started_at, fired_at=fired_at, resolved_at=None,

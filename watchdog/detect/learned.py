@@ -10,10 +10,11 @@ across blocks, so that block and tick evaluation learn the same numbers:
   of the next episode is ``max(min, longest + margin)``. Read by the alert states
   (:mod:`state`).
 * each GPU's :class:`PowerLevels`: idle and busy power (W), the highest SM clock seen
-  (MHz) and the serving rhythm, behind the signals ``power_idle_w``, ``power_busy_w``,
-  ``power_rel``, ``sm_clock_pct`` and ``serving`` (:mod:`signals`). Running minima and
-  maxima (``np.fmin.accumulate``) are exact, so any split of the input gives the same
-  levels.
+  (MHz), the serving rhythm, the highest temperature seen while working (C) and the work
+  done before the latest idle run (%), behind the signals ``power_idle_w``,
+  ``power_busy_w``, ``power_rel``, ``sm_clock_pct``, ``serving``, ``temp_work_max_c`` and
+  ``work_before_idle`` (:mod:`signals`). Running minima and maxima
+  (``np.fmin.accumulate``) are exact, so any split of the input gives the same levels.
 
 The live agent persists both as plain JSON-ready dicts (``Detector.learned_state`` and
 ``Detector.learned_levels``). ``docs/rules.md`` describes them for rule writers.
@@ -29,7 +30,7 @@ from typing import Any
 
 import numpy as np
 
-from watchdog.detect.lang import Call, Name
+from watchdog.detect.lang import Binary, Call, Name, Num
 from watchdog.detect.layout import Segments
 from watchdog.detect.windows import Window
 from watchdog.errors import InputError
@@ -39,7 +40,22 @@ NAN = np.nan
 LEARN_WINDOW_S = 30.0  # smoothing of power/util before learning idle and busy levels
 IDLE_UTIL_PCT = 5.0
 BUSY_UTIL_PCT = 90.0
-IDLE_FALLBACK = 0.10  # of the enforced limit, until an idle level is seen
+# a 30 s window at > 90 % util teaches the busy level only if its power is at least this
+# many times the idle level (learned, else the fixed fallbacks): a hung GPU at 100 % util
+# draws 1.4-1.8x idle (H100 123-132 W of 74 W, real-gpu/h100-spin-hang; V100 40-47 W,
+# horovod#3611) and must not become its own busy level; real work at 100 % draws 5x and
+# more (H100 390-690 W, A100 PCIe 165-245 W of 35 W)
+BUSY_OVER_IDLE = 2.5
+# the highest temperature seen while working (util >= 90 %) counts from this long after it
+# was seen (s): a cooling fault's own climb (a minute or two) never raises its reference
+WORK_TEMP_DELAY_S = 600.0
+WORK_UTIL_PCT = 90.0
+# work before an idle run: the share of this window (s) in which util was >= 5 %
+WORK_WINDOW_S = 300.0
+WORK_BUSY_PCT = 5.0
+# ... counted only once the GPU has been watched this long (s): a share over less history
+# cannot tell a burst from steady work (a server's first request from a trainer's start)
+WORK_MIN_HISTORY_S = 90.0
 # serving rhythm (a log without process names): an idle gap with memory held at least this
 # long (s) that ended in work is a server's gap between requests; a trainer's checkpoint
 # pauses last 30 s to 2 min, and its stalls do not end in work by themselves
@@ -133,6 +149,13 @@ def load_waits(learners: Mapping[str, WaitLearner], state: dict[str, dict[str, A
 
 
 @functools.cache
+def work_window() -> Any:
+    """``frac(utilization.gpu >= 5, 5m)``: the share of the last 5 min the GPU worked."""
+    return Call(0, "frac", (Binary(0, ">=", Name(0, "utilization.gpu"),
+                                   Num(0, WORK_BUSY_PCT)),), WORK_WINDOW_S)
+
+
+@functools.cache
 def learn_windows() -> tuple[Any, Any]:
     """The 30 s means of utilization and power the levels are learned from, as window
     expressions (the detector declares them with the rules' windows, so they share work)."""
@@ -144,9 +167,9 @@ class PowerLevels:
     """Learned levels per slot (W, MHz), carried across blocks; grows with new slots.
 
     ``power_levels=False`` never learns idle and busy power: they stay at their fallbacks
-    (10 % of the enforced limit, the limit). ``watchdog check`` judges a burst of a second,
-    which holds no history to learn from: a hung GPU's 100 % util at idle power would be
-    learned as its "busy" level and hide the hang.
+    (:mod:`fallbacks`: 10 % of the limit, the limit). ``watchdog check`` judges a burst of
+    a second, which holds no history to learn from: a hung GPU's 100 % util at idle power
+    would be learned as its "busy" level and hide the hang.
     """
 
     def __init__(self, power_levels: bool = True) -> None:
@@ -160,6 +183,14 @@ class PowerLevels:
         self.idle_since = np.empty(0)
         self.gap_end = np.empty(0)
         self.power_mean = Window("mean", LEARN_WINDOW_S)
+        self.work_mean = Window("frac", WORK_WINDOW_S)  # bare blocks (tests) only
+        self.work_share = np.empty(0)  # work_before_idle held through an idle run
+        # highest temperature while working: running max, and its rises (time, value)
+        self.work_temp = np.empty(0)
+        self.work_temp_hist: list[tuple[np.ndarray, np.ndarray]] = []
+        # when each level was first known (s; NaN: not yet), for the coverage notes
+        self.since: dict[str, np.ndarray] = {k: np.empty(0) for k in
+                                             ("idle", "busy", "temp", "work", "seen")}
 
     def grow(self, n: int) -> None:
         extra = n - len(self.idle_w)
@@ -170,19 +201,81 @@ class PowerLevels:
             self.max_sm_mhz = np.concatenate((self.max_sm_mhz, pad))
             self.idle_since = np.concatenate((self.idle_since, pad))
             self.gap_end = np.concatenate((self.gap_end, pad))
+            self.work_share = np.concatenate((self.work_share, pad))
+            self.work_temp = np.concatenate((self.work_temp, pad))
+            self.work_temp_hist.extend((np.empty(0), np.empty(0)) for _ in range(extra))
+            for k, v in self.since.items():
+                self.since[k] = np.concatenate((v, pad))
 
     def power(self, seg: Segments, util: np.ndarray, power: np.ndarray,
-              limit: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        """Idle and busy power (W) at each sample of ``seg``: the running lowest and highest
-        30 s mean ``power`` while the 30 s mean ``util`` (%) is below 5 % / above 90 %,
-        else the fallbacks (10 % of the enforced ``limit``, the limit; busy capped at it)."""
-        if not self.power_levels:  # nothing learned: the fallbacks below
+              idle_ref: np.ndarray, now: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """Learned idle and busy power (W) at each sample of ``seg`` (NaN where nothing is
+        learned yet): the running lowest and highest 30 s mean ``power`` while the 30 s
+        mean ``util`` (%) is below 5 % / above 90 %; a busy candidate counts only where
+        both that mean and the sample's own power ``now`` are :data:`BUSY_OVER_IDLE` times
+        the idle level or more (learned so far, else ``idle_ref``; no test where neither
+        is known): a window that runs from work into a hang is no busy level. The
+        fallbacks are the caller's."""
+        if not self.power_levels:  # nothing learned: the caller's fallbacks
             util = np.full(len(util), NAN)
         idle = _running(seg, np.fmin, self.idle_w, np.where(util < IDLE_UTIL_PCT, power, NAN))
-        busy = _running(seg, np.fmax, self.busy_w, np.where(util > BUSY_UTIL_PCT, power, NAN))
-        idle = np.where(np.isnan(idle), IDLE_FALLBACK * limit, idle)
-        busy = np.where(np.isnan(busy), limit, np.fmin(busy, limit))
+        ref = np.where(np.isnan(idle), idle_ref, idle)
+        # NaN: no idle known, no test
+        hung = (power < BUSY_OVER_IDLE * ref) | (now < BUSY_OVER_IDLE * ref)
+        busy = _running(seg, np.fmax, self.busy_w,
+                        np.where((util > BUSY_UTIL_PCT) & ~hung, power, NAN))
+        _first(seg, idle, self.since["idle"])
+        _first(seg, busy, self.since["busy"])
         return idle, busy
+
+    def work_temperature(self, seg: Segments, util: np.ndarray,
+                         temp: np.ndarray) -> np.ndarray:
+        """The highest temperature (C) the GPU showed while working (util >= 90 %) up to
+        :data:`WORK_TEMP_DELAY_S` before each sample of ``seg`` (NaN before)."""
+        cand = np.where(util >= WORK_UTIL_PCT, temp, NAN)
+        out = np.full(len(seg.ts), NAN)
+        for g in np.flatnonzero(seg.counts):
+            lo, hi = seg.offsets[g], seg.offsets[g + 1]
+            ts = seg.ts[lo:hi]
+            run = np.fmax.accumulate(np.concatenate(([self.work_temp[g]], cand[lo:hi])))
+            rise = np.flatnonzero(~(run[1:] <= run[:-1]) & ~np.isnan(run[1:]))
+            h_ts, h_v = self.work_temp_hist[g]
+            h_ts = np.concatenate((h_ts, ts[rise]))
+            h_v = np.concatenate((h_v, run[1:][rise]))
+            q = ts - WORK_TEMP_DELAY_S
+            at = np.searchsorted(h_ts, q, side="right") - 1
+            if len(h_v):
+                out[lo:hi] = np.where(at >= 0, h_v[np.maximum(at, 0)], NAN)
+                if np.isnan(self.since["temp"][g]):
+                    self.since["temp"][g] = h_ts[0] + WORK_TEMP_DELAY_S
+            keep = max(int(np.searchsorted(h_ts, q[-1], side="right")) - 1, 0)
+            self.work_temp_hist[g] = (h_ts[keep:], h_v[keep:])
+            self.work_temp[g] = run[-1]
+        return out
+
+    def work_before_idle(self, seg: Segments, util: np.ndarray,
+                         share: np.ndarray) -> np.ndarray:
+        """At a working sample (util >= 5 %) ``share``, the share (%) of the last 5 min
+        the GPU worked; at an idle one, that share as it was at the last working sample
+        (carried across blocks; where util is missing the value is held). NaN before the
+        first working sample that comes :data:`WORK_MIN_HISTORY_S` after the GPU's first
+        sample."""
+        seen = self.since["seen"]
+        for g in np.flatnonzero((seg.counts > 0) & np.isnan(seen[:len(seg.counts)])):
+            seen[g] = seg.ts[seg.offsets[g]]
+        watched = seg.ts - seen[seg.gi] >= WORK_MIN_HISTORY_S
+        work = util >= WORK_BUSY_PCT
+        share = np.where(watched, share, NAN)
+        out = np.full(len(seg.ts), NAN)
+        for g in np.flatnonzero(seg.counts):
+            lo, hi = seg.offsets[g], seg.offsets[g + 1]
+            w = work[lo:hi]
+            last = np.maximum.accumulate(np.where(w, np.arange(hi - lo), -1))
+            vals = share[lo:hi]
+            out[lo:hi] = np.where(last >= 0, vals[np.maximum(last, 0)], self.work_share[g])
+            self.work_share[g] = out[hi - 1]
+        _first(seg, np.where(work, share, NAN), self.since["work"])
+        return out
 
     def max_sm(self, seg: Segments, clocks_sm: np.ndarray) -> np.ndarray:
         """The highest SM clock (MHz) seen so far at each sample of ``seg``."""
@@ -237,6 +330,16 @@ class PowerLevels:
                 v = lv.get(key)
                 if v is not None and math.isfinite(v):
                     arr[s] = float(v)
+
+
+def _first(seg: Segments, vals: np.ndarray, since: np.ndarray) -> None:
+    """Set ``since[slot]`` to the time of the slot's first valid value in ``vals`` where it
+    is not set yet."""
+    for g in np.flatnonzero((seg.counts > 0) & np.isnan(since[:len(seg.counts)])):
+        lo, hi = seg.offsets[g], seg.offsets[g + 1]
+        ok = np.flatnonzero(~np.isnan(vals[lo:hi]))
+        if len(ok):
+            since[g] = seg.ts[lo + ok[0]]
 
 
 def _running(seg: Segments, fn: np.ufunc, carried: np.ndarray,

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import math
 import operator
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 
 from watchdog import catalogue
 from watchdog.detect.lang import Binary, Call, In, Name, Node, Num, Unary
@@ -30,6 +30,7 @@ SIGNAL_SOURCE = {
     "power_pct": "power.draw", "power_rel": "power.draw", "mem_pct": "memory.used",
     "sm_clock_pct": "clocks.sm", "sm_activity": "gpm.sm_activity",
     "tensor_activity": "gpm.tensor_activity", "throttle_bad": "clocks_event_reasons.active",
+    "temp_work_max_c": "temperature.gpu", "work_before_idle": "utilization.gpu",
 }
 FLAG_SOURCE = "clocks_event_reasons.active"
 XID_SIGNALS = {"xid": math.nan, "xid_count": 0.0}  # their value at a sample with no XID
@@ -82,6 +83,27 @@ def _simplify(node: Node, present: frozenset[str]) -> Node:
     if isinstance(right, Num) and right.value == keep and is_boolean(left):
         return left
     return Binary(node.col, node.op, left, right)
+
+
+def with_presence(node: Node, present: Callable[[str], bool | None]) -> Node:
+    """``node`` with each ``present(NAME)`` replaced by 1 or 0 where ``present(NAME)``
+    says (None: left as it is), for what a rule reads when those are known: at one sample
+    of a firing (which branch decided), or on a log whose columns are filled."""
+    if isinstance(node, Call):
+        if node.fn == "present" and isinstance(node.args[0], Name):
+            got = present(node.args[0].name)
+            if got is not None:
+                return Num(node.col, 1.0 if got else 0.0)
+        return Call(node.col, node.fn, tuple(with_presence(a, present) for a in node.args),
+                    node.window)
+    if isinstance(node, Binary):
+        return Binary(node.col, node.op, with_presence(node.left, present),
+                      with_presence(node.right, present))
+    if isinstance(node, Unary):
+        return Unary(node.col, node.op, with_presence(node.arg, present))
+    if isinstance(node, In):
+        return In(node.col, with_presence(node.arg, present), node.values)
+    return node
 
 
 def never_true(node: Node, present: Iterable[str]) -> bool:

@@ -22,30 +22,40 @@ from typing import Any
 import numpy as np
 
 import watchdog.detect.rows as blockrows
+from watchdog import catalogue
 from watchdog.detect.engaged import EngagedTimeline
 from watchdog.detect.evaluate import Evaluator, numeric, truth
+from watchdog.detect.fallbacks import words
 from watchdog.detect.grouping import add_members, make_incident, members, node_value
 from watchdog.detect.intake import Gpu
-from watchdog.detect.lang import Name, children
-from watchdog.detect.learned import WaitLearner, learn_windows
+from watchdog.detect.lang import Binary, Call, In, Name, Node, Unary, children
+from watchdog.detect.learned import WaitLearner, learn_windows, work_window
 from watchdog.detect.ledger import Ledger
 from watchdog.detect.loader import Rule, RuleSet
 from watchdog.detect.machine import EntityState, Machine
-from watchdog.detect.prune import never_true, simplify
-from watchdog.detect.signal_names import LEARNING_SIGNALS
+from watchdog.detect.prune import never_true, simplify, with_presence
+from watchdog.detect.signal_names import CHAINED_SIGNALS, DEPENDS, LEARNING_SIGNALS
 from watchdog.detect.signals import Block
 from watchdog.incident import Incident
 
 NODE = "node"  # the entity key of a node rule's state
+_ANY = frozenset([*catalogue.NAMES, "xid"])  # live: any metric may come
+HIDDEN = "§"  # evidence keys the engine adds for itself (sources of chained signals)
+# a window shorter than this many sampling intervals holds a single sample: it widens to
+# this many (two samples, whatever the jitter)
+MIN_WINDOW_SAMPLES = 1.5
 
 
 class RuleRunner:
     """The rules of one detector, their windows and alert states, block after block."""
 
     def __init__(self, rules: RuleSet, host: str, max_gap: float,
-                 metrics: frozenset[str] | None, ledger: Ledger) -> None:
+                 metrics: frozenset[str] | None, ledger: Ledger,
+                 interval: float | None = None) -> None:
         """``max_gap`` (s): see ``DetectorConfig``. ``metrics``: the only catalogue
-        metrics that will ever come (None: any; nothing is pruned)."""
+        metrics that will ever come (None: any; nothing is pruned). ``interval`` (s): the
+        input's sampling interval, when known: a window shorter than
+        :data:`MIN_WINDOW_SAMPLES` intervals widens to that (it would hold one sample)."""
         self.rules = rules
         self.host = host
         self.ledger = ledger
@@ -59,13 +69,46 @@ class RuleRunner:
                       else simplify(r.condition, metrics) for r in rules}
         self._clear = {r.name: r.clear if metrics is None or r.clear is None
                        else simplify(r.clear, metrics) for r in rules}
+        self._evidence = {r.name: dict(r.evidence) for r in rules}
+        # sparse sampling: windows too short to hold two samples widen
+        self.widened_to = (MIN_WINDOW_SAMPLES * interval
+                           if interval is not None and interval > 0 else 0.0)
+        self.widened: dict[str, float] = {}
+        if self.widened_to:
+            for r in rules:
+                got = [_widen(n, self.widened_to) for n in (self._cond[r.name],
+                                                             self._clear[r.name])]
+                ev = {k: _widen(n, self.widened_to) for k, n in r.evidence.items()}
+                if any(w for _, w in [*got, *ev.values()]) and r.name not in self.pruned:
+                    self.widened[r.name] = self.widened_to
+                self._cond[r.name] = got[0][0]  # type: ignore[assignment]
+                self._clear[r.name] = got[1][0]
+                self._evidence[r.name] = {k: n for k, (n, _) in ev.items()}
+        # the sources of the chained signals a condition reads (pages say when they fell
+        # back): hidden evidence, per GPU
+        self._chained = {r.name: _chained(self._cond[r.name]) for r in rules}
+        self._metrics = metrics
+        # gpu rules read them at the firing sample (with the evidence); node rules from
+        # each GPU's latest sample at the firing tick, carried across blocks (a grid of
+        # them in every block would cost as much as a rule)
+        self._hidden = {r.name: {f"{HIDDEN}{part}:{sig}": Name(0, sig + suffix)
+                                 for sig in self._chained[r.name]
+                                 for part, suffix in (("src", "#src"), ("val", ""))}
+                        for r in rules}
+        self._hidden_last: dict[tuple[str, str], float] = {}
+        for r in rules:
+            if r.scope == "gpu":
+                self._evidence[r.name].update(self._hidden[r.name])
         self._ev = Evaluator(max_gap)
         for r in live:  # every window is known before the first block
-            for node in (self._cond[r.name], self._clear[r.name], *r.evidence.values()):
+            for node in (self._cond[r.name], self._clear[r.name],
+                         *self._evidence[r.name].values()):
                 if node is not None:
                     self._ev.declare(node)
         for node in learn_windows():
             self._ev.declare(node)
+        if any("work_before_idle" in _names(self._cond[r.name]) for r in live):
+            self._ev.declare(work_window())
         self.machines = {r.name: Machine(r.for_s, r.keep_firing_for, r.learned)
                          for r in rules}
         # gpu rules whose clear test may be left out of a block that cannot use it
@@ -75,7 +118,7 @@ class RuleRunner:
         # reached them (an and/or may skip its right side for a whole block)
         self._learning = sorted({n for r in live for node in
                                  (self._cond[r.name], self._clear[r.name],
-                                  *r.evidence.values())
+                                  *self._evidence[r.name].values())
                                  if node is not None for n in _names(node)
                                  if n in LEARNING_SIGNALS})
         # node rules: since when each GPU's own condition has held (to join a firing node
@@ -142,7 +185,43 @@ class RuleRunner:
                 mask |= blockrows.covered(intervals, times) & condm[ti, gpus.index(uuid)]
         return mask
 
-    def _extra(self, rule: Rule, st: EntityState) -> dict[str, Any]:
+    def _hidden_at(self, rule: Rule, b: Block, g: Gpu, tick: float) -> dict[str, float]:
+        """A node rule's hidden evidence for GPU ``g`` at ``tick``: from its latest sample
+        at or before it in ``b``, else as carried from the blocks before."""
+        lo, hi = int(b.offsets[g.slot]), int(b.offsets[g.slot + 1])
+        at = lo + int(np.searchsorted(b.ts[lo:hi], tick, side="right")) - 1
+        if at >= lo:
+            return {k: float(numeric(self._ev.sample(n, b))[at])
+                    for k, n in self._hidden[rule.name].items()}
+        return {k: self._hidden_last.get((k, g.uuid), math.nan)
+                for k in self._hidden[rule.name]}
+
+    def _carry_hidden(self, rule: Rule, b: Block, gpus: Mapping[str, Gpu]) -> None:
+        """Keep each GPU's latest hidden evidence of a node rule for the next blocks."""
+        for k, n in self._hidden[rule.name].items():
+            vals = None
+            for uuid, g in gpus.items():
+                hi = int(b.offsets[g.slot + 1]) if g.slot < b.n_slots else 0
+                if hi > (int(b.offsets[g.slot]) if g.slot < b.n_slots else 0):
+                    if vals is None:
+                        vals = numeric(self._ev.sample(n, b))
+                    self._hidden_last[(k, uuid)] = float(vals[hi - 1])
+
+    def _chained_at(self, rule: Rule, b: Block, at: int) -> list[str]:
+        """The chained signals the condition of a ``gpu`` rule reads at sample ``at`` of
+        ``b``, given which of its ``present(x)`` tests hold there: a branch for logs
+        without reason bits says nothing when the bits decided."""
+        cond = with_presence(self._cond[rule.name], lambda n: bool(
+            not np.isnan(numeric(self._ev.sample(Name(0, n), b))[at])))
+        return _chained(simplify(cond, self._metrics if self._metrics is not None
+                                 else _ANY))
+
+    def _extra(self, rule: Rule, st: EntityState, hidden: dict[str, float],
+               name: str | None, used: list[str] | None = None) -> dict[str, Any]:
+        """What the engine adds to an incident's evidence: the ``for`` used and what was
+        learned for it, dropped samples, the fallbacks its condition used on the GPU
+        called ``name`` (``hidden``: the sources and values of its chained signals there)
+        and the width sparse sampling widened its windows to."""
         extra: dict[str, Any] = {"for_s": st.for_used}
         m = self.machines[rule.name]
         if m.learner is not None:
@@ -150,6 +229,13 @@ class RuleRunner:
             extra["learned_episodes"] = m.learner.episodes
         if self._dropped:
             extra["dropped_samples"] = self._dropped
+        notes = [w for sig in (self._chained[rule.name] if used is None else used)
+                 if (w := words(sig, hidden[f"{HIDDEN}src:{sig}"],
+                                hidden[f"{HIDDEN}val:{sig}"], name)) is not None]
+        if notes:
+            extra["fallbacks"] = notes
+        if rule.name in self.widened:
+            extra["windows_widened_to_s"] = self.widened[rule.name]
         return extra
 
     def _resolve(self, t: float, st: EntityState) -> None:
@@ -183,11 +269,15 @@ class RuleRunner:
             g = gpus[uuid]
             at = int(b.offsets[g.slot]) + i
             if not evid:
-                evid.update({k: numeric(ev.sample(n, b)) for k, n in rule.evidence.items()})
-            vals = {k: float(a[at]) for k, a in evid.items()}
+                evid.update({k: numeric(ev.sample(n, b))
+                             for k, n in self._evidence[rule.name].items()})
+            vals = {k: float(a[at]) for k, a in evid.items() if not k.startswith(HIDDEN)}
+            hidden = {k: float(a[at]) for k, a in evid.items() if k.startswith(HIDDEN)}
+            used = self._chained_at(rule, b, at)
             return self.ledger.fired(make_incident(rule, self.host, [(g.index, uuid)],
                                                    st.since, float(b.ts[at]), vals,
-                                                   self._extra(rule, st)))
+                                                   self._extra(rule, st, hidden,
+                                                               g.device.name, used)))
 
         out = machine.run(inputs, on_fire, lambda _k, t, st: self._resolve(t, st))
         for uuid, spans in out.items():
@@ -212,7 +302,7 @@ class RuleRunner:
         else:
             clr = ~cond
         evid = {k: numeric(ev.grid(n, ticks, slots, b, cache))
-                for k, n in rule.evidence.items()}
+                for k, n in self._evidence[rule.name].items()}
 
         uuids = [u for u, _ in slots]
         machine = self.machines[rule.name]
@@ -221,15 +311,21 @@ class RuleRunner:
 
         def on_fire(_key: str, i: int, st: EntityState) -> Incident:
             row = condm[i]
-            vals = {k: node_value(a[i], row) for k, a in evid.items()}
+            vals = {k: node_value(a[i], row) for k, a in evid.items()
+                    if not k.startswith(HIDDEN)}
+            first = int(np.argmax(row))  # the sources as the first member GPU saw them
+            hidden = self._hidden_at(rule, b, gpus[uuids[first]], float(ticks[i]))
             who = [(gpus[u].index, u) for u in members(row, uuids)]
+            name = gpus[uuids[first]].device.name
             inc = self.ledger.fired(make_incident(rule, self.host, who, st.since,
-                                                  float(ticks[i]), vals, self._extra(rule, st)))
+                                                  float(ticks[i]), vals,
+                                                  self._extra(rule, st, hidden, name)))
             firing.append(inc)
             return inc
 
         out = machine.run([(NODE, ticks, cond, clr)], on_fire,
                           lambda _k, t, st: self._resolve(t, st))
+        self._carry_hidden(rule, b, gpus)
         if out[NODE] or self.engaged.carries(rule.name):  # each GPU holding it meanwhile
             active = blockrows.covered(out[NODE], ticks)
             self.engaged.node_runs(rule.name, ticks, condm & active[:, None], uuids)
@@ -284,6 +380,42 @@ def _learns(node: Any) -> bool:
     if isinstance(node, Name) and node.name in LEARNING_SIGNALS:
         return True
     return any(_learns(c) for c in children(node))
+
+
+def _chained(node: Any) -> list[str]:
+    """The chained signals (:data:`CHAINED_SIGNALS`) ``node`` reads, directly or through
+    the signals it names, in their order."""
+    todo, seen = list(_names(node)), set()
+    while todo:
+        n = todo.pop()
+        if n not in seen:
+            seen.add(n)
+            todo.extend(DEPENDS.get(n, ()))
+    return [s for s in CHAINED_SIGNALS if s in seen]
+
+
+def _widen(node: Node, width: float) -> tuple[Node, bool]:
+    """``node`` with every window shorter than ``width`` (s) widened to it, and whether
+    any was."""
+    if isinstance(node, Call):
+        args = [_widen(a, width) for a in node.args]
+        changed = any(c for _, c in args)
+        win = node.window
+        if win is not None and win < width:
+            win, changed = width, True
+        if not changed:
+            return node, False
+        return Call(node.col, node.fn, tuple(a for a, _ in args), win), True
+    if isinstance(node, Binary):
+        (left, a), (right, b) = _widen(node.left, width), _widen(node.right, width)
+        return (Binary(node.col, node.op, left, right), True) if a or b else (node, False)
+    if isinstance(node, Unary):
+        arg, a = _widen(node.arg, width)
+        return (Unary(node.col, node.op, arg), True) if a else (node, False)
+    if isinstance(node, In):
+        arg, a = _widen(node.arg, width)
+        return (In(node.col, arg, node.values), True) if a else (node, False)
+    return node, False
 
 
 def _names(node: Any) -> set[str]:

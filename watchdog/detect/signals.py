@@ -14,9 +14,10 @@ from typing import Any
 
 import numpy as np
 
-from watchdog import reasons
+from watchdog import catalogue, reasons
+from watchdog.detect import fallbacks as fb
 from watchdog.detect.layout import Segments
-from watchdog.detect.learned import PowerLevels, learn_windows
+from watchdog.detect.learned import PowerLevels, learn_windows, work_window
 from watchdog.detect.signal_names import FLAG_SIGNALS, SIGNALS
 from watchdog.records import DeviceInfo
 
@@ -60,11 +61,48 @@ class Block(Segments):
         return arr
 
     def value(self, name: str) -> np.ndarray:
-        """A metric or signal by name (cached for the block)."""
+        """A metric or signal by name (cached for the block); ``NAME#src`` is the code of
+        the source a chained signal used at each sample (:mod:`fallbacks`)."""
         got = self.cache.get(name)
         if got is None:
+            if name.endswith("#src"):
+                self.value(name[:-4])
+                return self.cache[name]
             got = self._signal(name) if name in SIGNALS else self.metric(name)
             self.cache[name] = got
+        return got
+
+    def _chain(self, name: str, steps: list[tuple[int, Any]]) -> np.ndarray:
+        """The first valid value of ``steps`` (``(code, values)``, first source first;
+        ``values`` an array or a function making one, called only while some sample has
+        no value yet) at each sample; the codes go to ``NAME#src`` (NaN where none)."""
+        out: np.ndarray | None = None
+        src = np.full(len(self.ts), NAN)
+        for code, vals in steps:
+            if out is not None and not np.isnan(out).any():
+                break
+            vals = vals() if callable(vals) else vals
+            fill = ~np.isnan(vals) if out is None else np.isnan(out) & ~np.isnan(vals)
+            if out is None:
+                out = np.where(fill, vals, NAN)
+                src[fill] = float(code)
+            elif fill.any():
+                out = np.where(fill, vals, out)
+                src[fill] = float(code)
+        self.cache[name + "#src"] = src
+        return out if out is not None else np.full(len(self.ts), NAN)
+
+    def _model(self, field: str) -> np.ndarray:
+        """A per-row array of the catalogue's figure ``field`` for each GPU's name."""
+        key = "§model:" + field
+        got = self.cache.get(key)
+        if got is None:
+            per_slot = []
+            for d in self.devices:
+                m = catalogue.gpu_model(d.name)
+                v = getattr(m, field) if m is not None else None
+                per_slot.append(NAN if v is None else float(v))
+            got = self.cache[key] = np.array(per_slot, dtype=float)[self.gi]
         return got
 
     def _device(self, field: str) -> np.ndarray:
@@ -77,19 +115,49 @@ class Block(Segments):
         return got
 
     def _limit(self) -> np.ndarray:
-        """The enforced power limit per sample (W), from the log or the inventory."""
-        got = self.cache.get("§limit")
-        if got is None:
-            lim = self.metric("enforced.power.limit")
-            lim = np.where(np.isnan(lim), self._device("power_limit_enforced_w"), lim)
-            got = self.cache["§limit"] = np.where(lim > 0, lim, NAN)
-        return got
+        """The power limit per sample (W), through its chain (:mod:`fallbacks`)."""
+        return self.value("power_limit_w")
+
+    def _positive(self, x: np.ndarray) -> np.ndarray:
+        return np.where(x > 0, x, NAN)
+
+    def _used_free(self) -> np.ndarray:
+        """``memory.used`` + ``memory.free`` + ``memory.reserved`` (0 where not logged)."""
+        reserved = self.metric("memory.reserved")
+        return (self.metric("memory.used") + self.metric("memory.free")
+                + np.where(np.isnan(reserved), 0.0, reserved))
 
     def _signal(self, name: str) -> np.ndarray:
         n = len(self.ts)
         with np.errstate(invalid="ignore", divide="ignore"):
             if name == "power_pct":
                 return 100.0 * self.metric("power.draw") / self._limit()
+            if name == "power_limit_w":
+                pos = self._positive
+                return self._chain(name, [
+                    (fb.LIMIT_COLUMN, pos(self.metric("enforced.power.limit"))),
+                    (fb.LIMIT_DRIVER, lambda: pos(self._device("power_limit_enforced_w"))),
+                    (fb.LIMIT_DEFAULT, lambda: pos(self._device("power_limit_default_w"))),
+                    (fb.LIMIT_MAX, lambda: pos(self._device("power_limit_max_w"))),
+                    (fb.LIMIT_CATALOGUE, lambda: self._model("tdp_w"))])
+            if name == "mem_total_mib":
+                return self._chain(name, [
+                    (fb.TOTAL_COLUMN, self._positive(self.metric("memory.total"))),
+                    (fb.TOTAL_DRIVER, lambda: self._positive(self._device("memory_total_mib"))),
+                    (fb.TOTAL_USED_FREE, lambda: self._positive(self._used_free())),
+                    (fb.TOTAL_CATALOGUE, lambda: self._model("memory_mib"))])
+            if name == "temp_limit_c":
+                return self._chain(name, [
+                    (fb.TLIM_COLUMN, self.metric("temperature.gpu")
+                     + self.metric("temperature.gpu.tlimit")),
+                    (fb.TLIM_MAX_OPERATING, lambda: self._device("temp_max_operating_c")),
+                    (fb.TLIM_SLOWDOWN, lambda: self._device("temp_slowdown_c")),
+                    (fb.TLIM_CATALOGUE, lambda: self._model("max_operating_c"))])
+            if name == "temp_work_max_c":
+                return self.levels.work_temperature(self, self.metric("utilization.gpu"),
+                                                    self.metric("temperature.gpu"))
+            if name == "work_before_idle":
+                return self._work_before_idle()
             if name in ("power_idle_w", "power_busy_w"):
                 self._learn_power()
                 return self.cache[name]
@@ -98,8 +166,7 @@ class Block(Segments):
                 span = busy - idle
                 return np.where(span > 0, 100.0 * (self.metric("power.draw") - idle) / span, NAN)
             if name == "mem_pct":
-                total = self.metric("memory.total")
-                total = np.where(np.isnan(total), self._device("memory_total_mib"), total)
+                total = self.value("mem_total_mib")
                 return np.where(total > 0, 100.0 * self.metric("memory.used") / total, NAN)
             if name == "sm_clock_pct":
                 return 100.0 * self.metric("clocks.sm") / self._max_sm()
@@ -157,7 +224,8 @@ class Block(Segments):
         return np.where(out > 0, out, NAN)
 
     def _learn_power(self) -> None:
-        """Running idle (min) and busy (max) 30 s mean power, gated by 30 s mean util."""
+        """Idle and busy power through their chains (:mod:`fallbacks`): first the running
+        idle (min) and busy (max) 30 s mean power, gated by 30 s mean util."""
         lv = self.levels
         if self.evaluator is not None:
             util_w, power_w = learn_windows()
@@ -166,6 +234,25 @@ class Block(Segments):
         else:  # a bare block (tests): the learned windows of its own
             util = lv.util_mean.update_block(self, self.metric("utilization.gpu"))
             power = lv.power_mean.update_block(self, self.metric("power.draw"))
-        idle, busy = lv.power(self, util, power, self._limit())
-        self.cache["power_idle_w"] = idle
-        self.cache["power_busy_w"] = busy
+        limit = self._limit()
+        from_log = self.cache["power_limit_w#src"] < fb.LIMIT_CATALOGUE
+        fixed = [(fb.IDLE_LIMIT, np.where(from_log, fb.IDLE_OF_LIMIT * limit, NAN)),
+                 (fb.IDLE_CATALOGUE, lambda: self._model("idle_w")),
+                 (fb.IDLE_TDP, lambda: fb.IDLE_OF_LIMIT * self._model("tdp_w"))]
+        ref = self._chain("§idle_fixed", fixed)
+        idle, busy = lv.power(self, util, power, ref, self.metric("power.draw"))
+        self.cache["power_idle_w"] = self._chain("power_idle_w", [
+            (fb.IDLE_LEARNED, idle), *fixed, (fb.IDLE_BUSY, fb.IDLE_OF_BUSY * busy)])
+        self.cache["power_busy_w"] = self._chain("power_busy_w", [
+            (fb.BUSY_LEARNED, np.fmin(busy, limit)), (fb.BUSY_LIMIT, limit)])
+
+    def _work_before_idle(self) -> np.ndarray:
+        """The share (%) of the 5 min before the GPU last went idle in which it worked
+        (:meth:`~watchdog.detect.learned.PowerLevels.work_before_idle`)."""
+        util = self.metric("utilization.gpu")
+        if self.evaluator is not None:
+            share = self.evaluator.sample(work_window(), self)
+        else:  # a bare block (tests): the window of its own
+            share = self.levels.work_mean.update_block(
+                self, np.where(np.isnan(util), NAN, (util >= 5.0).astype(float)))
+        return self.levels.work_before_idle(self, util, share)

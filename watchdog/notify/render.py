@@ -128,6 +128,9 @@ _WORDS: dict[str, tuple[str, str]] = {
     "failed_calls": ("failed NVML calls", ""),
     "retired": ("retired memory pages", ""),
     "remapped": ("rows remapped for uncorrectable errors", ""),
+    "limit_w": ("power limit", "W"), "limit_c": ("slowdown temperature", "C"),
+    "work_c": ("hottest while working before", "C"),
+    "worked": ("worked before going idle", "% of 5 min"),
 }
 _FLAGS: dict[str, str] = {"brake": "power brake", "remap_pending": "row remap pending",
                           "remap_failure": "row remap failed"}

@@ -29,15 +29,24 @@ from watchdog.incident import Incident
 from watchdog.records import DeviceInfo, Sample, XidEvent
 
 Mode = Literal["live", "block", "burst"]
+SPARSE_GAP_SAMPLES = 2.5  # max_gap of a log sampled every interval s: 2.5 intervals
 
 
 def build_detector(rules: Any, *, host: str, devices: Sequence[DeviceInfo], mode: Mode,
-                   metrics: Iterable[str] | None = None) -> Detector:
+                   metrics: Iterable[str] | None = None,
+                   interval: float | None = None) -> Detector:
     """The detector for ``mode``'s driver. ``metrics``: the only metrics a recording will
-    ever feed (rules that cannot fire without others are left out); None live."""
+    ever feed (rules that cannot fire without others are left out); None live.
+    ``interval`` (s): a recording's sampling interval (windows too short for it widen)."""
     if mode not in ("live", "block", "burst"):
         raise ValueError(f"unknown detector mode {mode!r}")
-    config = DetectorConfig(learn_power_levels=mode != "burst")
+    config = DetectorConfig(learn_power_levels=mode != "burst", interval=interval)
+    if interval is not None and SPARSE_GAP_SAMPLES * interval > config.max_gap:
+        # a sparse log: a GPU is missing (lost, or absent from node rules) only once it
+        # skipped a sample, not between two of its regular ones
+        config = DetectorConfig(max_gap=SPARSE_GAP_SAMPLES * interval,
+                                learn_power_levels=config.learn_power_levels,
+                                interval=interval)
     batch = LIVE_TICK_BATCH_S if mode == "live" else 0.0
     return Detector(rules, host, devices, config, metrics=metrics, tick_batch_s=batch)
 

@@ -54,6 +54,9 @@ class Replayed:
     incidents: list[Incident] = field(default_factory=list)
     stats: dict[str, Any] | None = None  # gpus/samples/start/end when frames are a sample
     engaged: Any = None  # when a rule was pending or firing on each GPU (the detector's)
+    # what the log let each rule judge (watchdog.detect.coverage.Note): rules that could
+    # not run on it and why, rules that ran on a fallback; said once per log
+    notes: list[Any] = field(default_factory=list)
 
     @functools.cached_property
     def frame(self) -> Any:
@@ -96,6 +99,35 @@ def gpu_count(frame: Any) -> int:
     return int(frame["uuid"].nunique())
 
 
+def sampling_interval(frame: Any, rows: int = 20_000) -> float | None:
+    """The median time between one GPU's samples (s), from the first GPU's rows among the
+    first ``rows`` of ``frame`` (None with fewer than two)."""
+    import numpy as np
+
+    head = frame.iloc[:rows]
+    if len(head) < 2:
+        return None
+    uuid = head["uuid"].to_numpy(dtype=object)
+    ts = head["ts"].to_numpy(dtype=np.float64)[uuid == uuid[0]]
+    if len(ts) < 2:
+        return None
+    step = float(np.median(np.diff(ts)))
+    return step if step > 0 else None
+
+
+def judged(rules: Any, frames: Sequence[Any], metrics: Sequence[str], devices: Any,
+           det: Any, xids: bool = False) -> list[Any]:
+    """The coverage notes of a log (:mod:`watchdog.detect.coverage`) whose ``frames``
+    carry ``metrics``: a metric counts when some frame holds a value of it."""
+    from watchdog.detect.coverage import coverage, late, merge
+
+    have = [m for m in metrics if any(f[m].notna().any() for f in frames if m in f)]
+    have += ["xid"] if xids else []
+    return merge(coverage(list(rules), have, list(devices), det.config.interval,
+                          det.widened_to),
+                 late(list(rules), have, list(devices), det.learned_since()))
+
+
 def detect(recording: Any, rules: Any, *, host: str | None = None,
            block_rows: int = BLOCK_ROWS, progress: Any = None) -> list[Incident]:
     """Run a fresh detector over ``recording``'s frame (:func:`core.feed_blocks`).
@@ -111,7 +143,8 @@ def detector_over(recording: Any, rules: Any, *, host: str | None = None,
     xids = sorted(getattr(recording, "xids", ()) or (), key=lambda x: x.ts)
     det = core.build_detector(rules, host=host or recording.host,
                               devices=list(recording.devices()), mode="block",
-                              metrics=[*recording.metrics, *(["xid"] if xids else [])])
+                              metrics=[*recording.metrics, *(["xid"] if xids else [])],
+                              interval=sampling_interval(recording.frame))
     core.feed_blocks(det, recording.frame, xids, block_rows=block_rows, progress=progress)
     det.finish()
     return det
@@ -136,7 +169,8 @@ def detector_over_parts(parts: Any, rules: Any, *, host: str | None = None,
         if det is None:  # same columns in every part; no XIDs
             det = core.build_detector(rules, host=host or part.host,
                                       devices=list(part.devices()), mode="block",
-                                      metrics=part.metrics)
+                                      metrics=part.metrics,
+                                      interval=sampling_interval(part.frame))
         rows += len(part.frame)
         if progress is not None and parts.done_bytes:  # rows so far, scaled to the file
             progress.set_total(int(rows * parts.size / parts.done_bytes))
@@ -283,7 +317,9 @@ def replay_inputs(paths: Sequence[str], rules: Any, opts: ReplayOptions,
             det = detector_over(rec, rules, host=host, block_rows=opts.block_rows,
                                 progress=bar)
         out.append(Replayed(path, host, [rec.frame], list(det.incidents),
-                            engaged=det.engaged))
+                            engaged=det.engaged,
+                            notes=judged(rules, [rec.frame], rec.metrics, rec.devices(),
+                                         det, bool(getattr(rec, "xids", None)))))
     return out
 
 
@@ -310,4 +346,6 @@ def _in_parts(path: str, opts: ReplayOptions, rules: Any,
         for line in parts.warnings() or ():
             fb.warn(line)
         return Replayed(path, opts.host or read[0].host, [p.frame for p in read],
-                        list(det.incidents), engaged=det.engaged), True
+                        list(det.incidents), engaged=det.engaged,
+                        notes=judged(rules, [p.frame for p in read], read[0].metrics,
+                                     read[0].devices(), det)), True
