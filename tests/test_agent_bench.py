@@ -32,6 +32,7 @@ def test_bad_gpu_count_is_refused(name: str) -> None:
 
 
 @pytest.mark.skipif(not Path("/proc/self/stat").exists(), reason="needs Linux /proc")
+@pytest.mark.slow
 def test_agent_bench_quick_runs_and_prints_a_verdict() -> None:
     out = subprocess.run([sys.executable, str(ROOT / "bench" / "agent_bench.py"), "--quick"],
                          capture_output=True, text=True, timeout=120, check=False, cwd=ROOT)
@@ -46,6 +47,7 @@ def test_agent_bench_quick_runs_and_prints_a_verdict() -> None:
 
 
 @pytest.mark.skipif(not Path("/proc/self/stat").exists(), reason="needs Linux /proc")
+@pytest.mark.slow
 def test_agent_bench_measures_the_agent_again_with_a_model(tmp_path: Path) -> None:
     """``--model FILE``: a second row, "full", for the agent scoring with a trained model
     and alerting on (the budget counts both); the bench refuses to report it unless the

@@ -97,6 +97,7 @@ def _config(tmp: Path, model: str) -> Path:
     return cfg
 
 
+@pytest.mark.slow
 def test_daemon_model_auto_baselines_saves_and_reports(tmp_path: Path) -> None:
     cfg = _config(tmp_path, "{use: auto, baseline: 1h, refit: 24h}")
     r = wd("run", "--config", str(cfg), "--duration", "150m", timeout=240)
@@ -121,6 +122,7 @@ def test_daemon_model_config_errors_name_file_and_line(tmp_path: Path) -> None:
     assert r.returncode == 2 and "missing.wdm: cannot read" in r.stderr
 
 
+@pytest.mark.slow
 def test_train_samples_the_real_gpus_through_nvml(tmp_path: Path) -> None:
     """On the fake NVML (below nvidia-ml-py): 3 s of idle GPUs are too little to train."""
     r = subprocess.run([sys.executable, "-m", "watchdog.testing.fakenvml", "healthy", "--",
@@ -132,6 +134,7 @@ def test_train_samples_the_real_gpus_through_nvml(tmp_path: Path) -> None:
     assert not (tmp_path / "m.wdm").exists()
 
 
+@pytest.mark.slow
 def test_train_and_replay_say_when_the_fit_is_coarse(tmp_path: Path) -> None:
     """Seed 1's node: its first all-GPU pause (clocks to idle) falls in the last fifth of
     a 90-minute span, so the held-out part scores far above the fit part and the

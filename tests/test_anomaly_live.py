@@ -3,6 +3,7 @@ silence on a GPU where a rule is pending or firing."""
 
 from __future__ import annotations
 
+import pytest
 from anomaly_helpers import healthy_model
 
 from watchdog.anomaly.stage import AnomalyStage
@@ -91,6 +92,7 @@ def _daemon_refits(tmp_path, coarse: bool, minutes: float) -> tuple[object, floa
     return hook, None
 
 
+@pytest.mark.slow
 def test_a_coarse_model_is_refitted_after_another_baseline_of_busy_time(tmp_path) -> None:
     """A coarse model (its held-out part scored far above its fit part: a blind
     threshold) still scores, and is refitted once another hour of busy time is in, not a

@@ -47,6 +47,7 @@ def same(a: Detector, b: Detector) -> None:
     assert a.dropped_samples == b.dropped_samples
 
 
+@pytest.mark.slow
 @settings(max_examples=12, deadline=None)
 @given(st.integers(0, 10_000), st.sampled_from([2.0, 5.0, 17.0]))
 def test_batched_equals_every_tick_property(seed: int, batch_s: float) -> None:

@@ -8,6 +8,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 REPO = Path(__file__).resolve().parent.parent
 
 
@@ -16,6 +18,7 @@ def bench(*args: str) -> subprocess.CompletedProcess[str]:
                           capture_output=True, text=True, timeout=600, cwd=REPO)
 
 
+@pytest.mark.slow
 def test_healthy_hours_streams_own_models_and_bounds_the_rate() -> None:
     r = bench("--only", "healthy", "--quick", "--healthy-hours", "16", "--healthy-seeds", "1")
     assert r.returncode == 0, r.stderr

@@ -19,6 +19,16 @@ import pytest
 from watchdog.testing.httpserver import Reply, Request, Server, self_signed_cert
 
 SIM = "sim:comm_hang(for=4m)@2m"
+#: The scenario's timeline (simulated time): the hang starts 2 min in, fires at ~4.5 min,
+#: clears at ~6.5 min; with ``resolve_hold: 10s`` the resolve goes out before ~7 min, so an
+#: 8-minute run at 60x (8 s of wall time) holds the whole incident.
+SPEED = "60"
+RUN = "8m"
+#: A run whose final status must count the resolve as sent: the agent refreshes its
+#: alerting counters every 5 s of wall time, so it runs on > 5 s (here ~7 s) after the
+#: resolve (at ~7 min: 7 s at 60x).
+RUN_PAST_STATUS = "14m"
+pytestmark = pytest.mark.slow
 
 
 @pytest.fixture(scope="module")
@@ -31,7 +41,7 @@ def tls(tmp_path_factory: pytest.TempPathFactory) -> tuple[str, str]:
 def run_agent(tmp: Path, cfg: Path, duration: str, env: dict[str, str] | None = None,
               ) -> subprocess.Popen[str]:
     return subprocess.Popen(
-        [sys.executable, "-m", "watchdog", "run", "--config", str(cfg), "--speed", "30",
+        [sys.executable, "-m", "watchdog", "run", "--config", str(cfg), "--speed", SPEED,
          "--duration", duration], cwd=tmp, text=True, stdout=subprocess.PIPE,
         stderr=subprocess.STDOUT, env={**os.environ, "HOME": str(tmp), **(env or {})})
 
@@ -55,6 +65,7 @@ def test_a_hung_job_is_one_pagerduty_incident_one_slack_thread_one_webhook_page(
         cfg.write_text(f"""source: {SIM}
 state_dir: {tmp_path / 'state'}
 notify:
+  resolve_hold: 10s
   sinks:
     pagerduty: {{type: pagerduty, routing_key_file: {tmp_path / 'pd.key'}, url: "{pd.url}",
                  ca_file: {tls[0]}}}
@@ -64,7 +75,7 @@ notify:
     - {{severity: critical, sinks: [pagerduty, slack, hook]}}
     - {{sinks: [slack]}}
 """)
-        p = run_agent(tmp_path, cfg, "14m", {"T_SLACK": "xoxb-test"})
+        p = run_agent(tmp_path, cfg, RUN_PAST_STATUS, {"T_SLACK": "xoxb-test"})
         out, _ = p.communicate(timeout=120)
         assert p.returncode == 0, out
         assert "Traceback" not in out
@@ -96,6 +107,7 @@ def test_kill_9_while_the_sink_is_down_then_restart_pages_exactly_once(tmp_path:
     with Server(Reply(503, {"error": "down"})) as hook:
         cfg = tmp_path / "w.yaml"
         cfg.write_text(f"source: {SIM}\nstate_dir: {tmp_path / 'state'}\nnotify:\n"
+                       f"  resolve_hold: 10s\n"
                        f"  sinks:\n    hook: {{type: webhook, url: \"{hook.url}/page\"}}\n")
         p = run_agent(tmp_path, cfg, "30m")
         end = time.monotonic() + 60
@@ -106,7 +118,7 @@ def test_kill_9_while_the_sink_is_down_then_restart_pages_exactly_once(tmp_path:
         p.communicate(timeout=30)
         assert hook.requests == []
         hook.default = Reply(200)
-        p = run_agent(tmp_path, cfg, "14m")
+        p = run_agent(tmp_path, cfg, RUN)
         out, _ = p.communicate(timeout=120)
         assert p.returncode == 0, out
     pages = [(r.body["reason"], r.body["status"], tuple(r.body["changed"])) for r in hook.requests]
@@ -135,6 +147,7 @@ def test_secrets_never_reach_logs_state_status_or_json(tmp_path: Path,
         cfg.write_text(f"""source: {SIM}
 state_dir: {tmp_path / 'state'}
 notify:
+  resolve_hold: 10s
   sinks:
     - {{name: pagerduty, type: pagerduty, routing_key_file: {tmp_path / 'pd.key'},
        url: "{pd.url}/v2/enqueue", ca_file: {tls[0]}}}
@@ -143,7 +156,7 @@ notify:
     - {{name: hook, type: webhook, url_file: {tmp_path / 'url'},
        token_file: {tmp_path / 'hook.token'}}}
 """)
-        p = run_agent(tmp_path, cfg, "14m", {"T_SLACK": secrets["slack"]})
+        p = run_agent(tmp_path, cfg, RUN, {"T_SLACK": secrets["slack"]})
         out, _ = p.communicate(timeout=120)
         assert p.returncode == 0, out
         assert pd.requests and hook.refused  # the secrets were used...

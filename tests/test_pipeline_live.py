@@ -135,6 +135,7 @@ def _fire_delay(spec: str, store: object, start: float) -> tuple[float, Incident
     return fired[0].fired_at - fired[0].started_at, fired[0]  # type: ignore[operator]
 
 
+@pytest.mark.slow
 def test_a_restart_keeps_the_learned_hang_wait_and_power_levels(tmp_path) -> None:  # type: ignore[no-untyped-def]
     """An hour of healthy training teaches the node its longest checkpoint wait; after a
     restart on the same state a hang fires as early as it would have without the restart,

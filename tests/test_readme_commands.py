@@ -180,7 +180,12 @@ def test_every_readme_command_is_run() -> None:
         assert marker in (REPO / test_file).read_text()
 
 
-@pytest.mark.parametrize("index", range(len(BLOCKS)), ids=[b.command[:60] for b in BLOCKS])
+#: a command that runs until stopped with no start line to wait for runs its full 4 s: slow
+CASES = [pytest.param(i, marks=pytest.mark.slow) if LONG.get(b.command, "") is None else i
+         for i, b in enumerate(BLOCKS)]
+
+
+@pytest.mark.parametrize("index", CASES, ids=[b.command[:60] for b in BLOCKS])
 def test_readme_command(index: int, workdir: Path) -> None:
     block = BLOCKS[index]
     if block.command in ELSEWHERE or block.command == "echo $?":

@@ -106,6 +106,7 @@ def test_bad_min_score_is_an_input_error(tmp_path: Path,
     assert "only with --mutate" in capsys.readouterr().err
 
 
+@pytest.mark.slow
 def test_shipped_rules_score_at_least_90_percent() -> None:
     """The README's command, as a subprocess: the shipped tests pin >= 90 % of thresholds."""
     p = subprocess.run([sys.executable, "-m", "watchdog", "rules", "test", "--mutate",

@@ -76,6 +76,7 @@ def _config(tmp: Path, text: str | None = None) -> Path:
     return cfg
 
 
+@pytest.mark.slow
 def test_the_shipped_config_runs_the_real_gpus_and_stops_cleanly(tmp_path: Path) -> None:
     cfg = _config(tmp_path)
     a = Agent(tmp_path, "healthy", ["run", "--config", str(cfg), "--duration", "3s"])
@@ -90,6 +91,7 @@ def test_the_shipped_config_runs_the_real_gpus_and_stops_cleanly(tmp_path: Path)
     assert doc["source_state"] == "ok" and len(doc["gpus"]) == 8 and doc["ticks"] >= 3
 
 
+@pytest.mark.slow
 def test_source_nvml_on_the_command_line(tmp_path: Path) -> None:
     a = Agent(tmp_path, "healthy", ["run", "--source", "nvml", "--duration", "2s"])
     try:
@@ -99,6 +101,7 @@ def test_source_nvml_on_the_command_line(tmp_path: Path) -> None:
     assert "watching 8 GPUs" in a.text()
 
 
+@pytest.mark.slow
 def test_a_config_without_source_on_a_node_without_driver_never_runs_the_demo(
         tmp_path: Path) -> None:
     """Production: stays up, one node-level nvml_error incident, no simulated alerts."""
@@ -201,6 +204,7 @@ def test_the_units_execstart_runs_on_the_fake_nvml(tmp_path: Path) -> None:
         sock.close()
 
 
+@pytest.mark.slow
 def test_the_readme_demo_shows_a_hang_within_seconds(tmp_path: Path) -> None:
     """README's first command ends in `watchdog run`: with no driver and no config it runs
     the simulated node and a hung collective is alerted within seconds; Ctrl-C stops it."""
@@ -253,6 +257,7 @@ def _sim_run(tmp: Path, state: Path, scenario: str, duration: str) -> str:
     return r.stdout + r.stderr
 
 
+@pytest.mark.slow
 def test_a_restart_keeps_the_learned_wait_so_a_hang_pages_as_early(tmp_path: Path) -> None:
     """Run 1 trains for a simulated hour (checkpoints teach the hang rule the node's longest
     legitimate wait) and stops; run 2 on the same state pages a hang earlier than an agent
@@ -269,6 +274,7 @@ def test_a_restart_keeps_the_learned_wait_so_a_hang_pages_as_early(tmp_path: Pat
     assert _since_s(after) < _since_s(fresh)
 
 
+@pytest.mark.slow
 def test_a_wedged_nvml_call_pages_nvml_error_while_the_other_gpus_go_on(tmp_path: Path) -> None:
     """Fake scenario blocking_call: GPU 2's power reading never returns. Within 60 s of the
     first timed-out call the agent raises nvml_error on GPU 2 only, and keeps sampling the
@@ -296,6 +302,7 @@ def test_a_wedged_nvml_call_pages_nvml_error_while_the_other_gpus_go_on(tmp_path
     assert "Traceback" not in a.text()
 
 
+@pytest.mark.slow
 def test_duration_ends_the_run_between_ticks(tmp_path: Path) -> None:
     # --duration is a promise about wall time, not "after the next tick": with one tick
     # an hour, a 3 s run still ends after about 3 s (it used to wait for the next tick)

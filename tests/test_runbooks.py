@@ -121,6 +121,7 @@ def test_runbook_commands_are_silence_lines_for_the_service_config() -> None:
                             c), c
 
 
+@pytest.mark.slow
 def test_runbook_commands_run(tmp_path: Path) -> None:
     """Each silence line, against a scratch state directory (the config relocated)."""
     import os
