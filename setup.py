@@ -2,7 +2,9 @@
 
 The shipped rules live in the top-level ``rules/`` folder (where people look for them)
 and install as the package ``watchdog.default_rules``, so a wheel carries them and
-``importlib.resources`` finds them from any directory. The documentation folder ``docs/``
+``importlib.resources`` finds them from any directory; the fleet rules for Prometheus
+(``rules/prometheus/fleet.yml``, printed by ``watchdog rules export --prometheus``) ride
+along as package data of it (pyproject.toml). The documentation folder ``docs/``
 installs twice: as ``watchdog.docs`` beside the rules, so a shipped rule's ``runbook:
 ../docs/runbooks/KIND.md`` resolves in an installed wheel as in a checkout, and as data
 under ``<venv>/share/doc/nvml-watchdog`` (``/opt/nvml-watchdog/share/doc/nvml-watchdog``

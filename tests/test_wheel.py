@@ -90,3 +90,19 @@ def test_installed_wheel_replays_with_its_own_rules(wheel: Path, tmp_path: Path)
     where, doc = run.stdout.split("\n", 1)
     assert where.startswith(str(target))
     assert [i["kind"] for i in json.loads(doc)["incidents"]] == ["comm_hang"]
+
+
+def test_installed_wheel_exports_the_fleet_rules(wheel: Path, tmp_path: Path) -> None:
+    """`watchdog rules export --prometheus` works from an installed wheel (package data)."""
+    assert "watchdog/default_rules/prometheus/fleet.yml" in zipfile.ZipFile(wheel).namelist()
+    target = tmp_path / "site"
+    subprocess.run([sys.executable, "-m", "pip", "install", "--no-deps", "-q",
+                    "--target", str(target), str(wheel)], check=True)
+    work = tmp_path / "elsewhere"
+    work.mkdir()
+    code = ("import sys; sys.path.insert(0, sys.argv[1]); from watchdog.cli import main;"
+            "raise SystemExit(main(['rules', 'export', '--prometheus']))")
+    run = subprocess.run([sys.executable, "-c", code, str(target)], cwd=work,
+                         capture_output=True, text=True, timeout=120)
+    assert run.returncode == 0, run.stderr
+    assert run.stdout == (REPO / "rules" / "prometheus" / "fleet.yml").read_text()

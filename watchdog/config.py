@@ -84,13 +84,14 @@ class Config:
     notify: Any = None  # watchdog.notify.config.NotifyConfig when the file has notify:
     model: Any = None
     runbook_url: str | None = None
+    job: Any = None  # watchdog.service.jobs.JobConfig: overrides the job the node reads
     path: str | None = None
     lines: dict[str, int] = field(default_factory=dict)
 
 
 _KEYS = {"source", "interval", "rules", "host", "state_dir", "speed", "sim_gpus",
          "sim_model", "sim_seed", "metrics", "record", "retention", "call_timeout",
-         "notify", "model", "runbook_url"}
+         "notify", "model", "runbook_url", "job"}
 
 
 def load(path: str | Path) -> Config:
@@ -113,6 +114,10 @@ def load(path: str | Path) -> Config:
             out["metrics_listen"] = _metrics(value, at)
         elif key == "retention":
             out["retention_s"] = _duration(value, at, key)
+        elif key == "job":
+            from watchdog.service.jobs import parse_config
+
+            out["job"] = parse_config(value, at)
         else:
             out[key] = _coerce(key, value, at)
     if "notify" in out:

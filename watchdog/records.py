@@ -72,9 +72,22 @@ class ProcessInfo:
     # an inference server (vLLM, Triton...) by its name or /proc/<pid>/cmdline; None =
     # unknown. The command line itself is never kept: arguments may hold secrets.
     serving: bool | None = None
+    # the job's run: Slurm's SLURM_RESTART_COUNT (a requeued job keeps its id), from environ
+    job_run: str | None = None
+    # Kubernetes: the pod's UID from the cgroup path, its namespace and name where the node
+    # shows them (/var/log/pods/<namespace>_<pod>_<uid>); never asked of the API server
+    pod_uid: str | None = None
+    pod_namespace: str | None = None
+    pod_name: str | None = None
 
     def to_dict(self) -> dict[str, Any]:
-        return {f: getattr(self, f) for f in self.__slots__}  # type: ignore[attr-defined]
+        """Plain dict; the run and Kubernetes fields only where known (recordings of
+        Slurm or bare-metal nodes stay as they were)."""
+        return {f: v for f in self.__slots__  # type: ignore[attr-defined]
+                if (v := getattr(self, f)) is not None or f not in _OPTIONAL_JOB_FIELDS}
+
+
+_OPTIONAL_JOB_FIELDS = frozenset({"job_run", "pod_uid", "pod_namespace", "pod_name"})
 
 
 @dataclass(frozen=True, slots=True)

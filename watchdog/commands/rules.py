@@ -6,6 +6,9 @@ and prints one line per rule; a bad file is one ``FILE:LINE: …`` error, exit 2
 ``rules/tests/``): one line per case, a diff for each failure; exit 0 all passed, 1 any
 failed, 2 bad input. ``test --mutate`` moves each threshold of the tested rules by
 x0.75 and x1.33 and lists those no test notices (exit 0, or 1 below ``--min-score``).
+``export --prometheus`` prints the fleet rules for Prometheus (recording and alerting
+rules in PromQL over every node's metrics: docs/fleet.md) on stdout, from the installed
+package, ready for ``promtool check rules`` and Prometheus's ``rule_files``.
 """
 
 from __future__ import annotations
@@ -33,6 +36,12 @@ def register(subparsers: Any) -> None:
     t.add_argument("--min-score", type=float, metavar="X", default=None,
                    help="with --mutate: exit 1 when the caught fraction is below X (0-1)")
     t.set_defaults(func=run_test)
+    e = sub.add_parser("export", help="print rules for other systems (--prometheus: the "
+                                      "fleet rules)")
+    e.add_argument("--prometheus", action="store_true", required=True,
+                   help="the fleet rules for Prometheus (PromQL recording and alerting rules "
+                        "over every node's metrics; docs/fleet.md)")
+    e.set_defaults(func=run_export)
     p.set_defaults(func=lambda _a: p.print_help() or 2)
 
 
@@ -46,6 +55,29 @@ def run_check(args: argparse.Namespace) -> int:
         print(f"ok {r.where}: {r.name} kind={r.kind} severity={r.severity} scope={r.scope} "
               f"for={for_text}")
     print(f"{len(rules)} rule(s) in {len(rules.sources)} file(s): ok")
+    return 0
+
+
+def prometheus_rules_file() -> Any:
+    """The shipped fleet rule file (``rules/prometheus/fleet.yml``; in a wheel
+    ``watchdog/default_rules/prometheus/fleet.yml``)."""
+    from watchdog.detect.loader import default_rules_dir
+
+    return default_rules_dir() / "prometheus" / "fleet.yml"
+
+
+def run_export(args: argparse.Namespace) -> int:
+    import sys
+
+    from watchdog.errors import InputError
+
+    path = prometheus_rules_file()
+    try:
+        text = path.read_text(encoding="utf-8")
+    except OSError as e:
+        raise InputError(f"{path}: the fleet rules are missing from this install: "
+                         f"{e.strerror}") from None
+    sys.stdout.write(text)
     return 0
 
 

@@ -29,6 +29,8 @@ class Alert:
     ``fingerprint`` is fixed when the incident is created (a node-level incident whose
     GPUs grow keeps it): PagerDuty's ``dedup_key``, Alertmanager's identity.
     ``gpus`` are indices as strings, ``uuids`` the matching UUIDs in the same order.
+    ``job_id`` is the job the GPUs run (where the node knows it); a job-wide alert's
+    fingerprint is then the job's, the same on every node (:mod:`.fingerprint`).
     """
 
     fingerprint: str
@@ -47,6 +49,7 @@ class Alert:
     labels: dict[str, str] = field(default_factory=dict)
     runbook_url: str | None = None
     job_id: str | None = None
+    scope: str = "node"  # "gpu": a per-GPU rule's alert on its one GPU (labelled gpu=)
 
 
 @dataclass(frozen=True, slots=True)

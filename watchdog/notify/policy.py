@@ -2,9 +2,17 @@
 
 Stages, in the order Alertmanager's notify pipeline runs them:
 
-1. **Identity.** Each incident gets its fingerprint when first seen (:mod:`.fingerprint`).
+1. **Identity.** Each incident gets its fingerprint when first seen (:mod:`.fingerprint`),
+   and its job (``job_of``, the agent's job tracker: the config's ``job:`` or what the
+   GPUs' processes say). A job-wide kind (``comm_hang``, ``stall``) on a node whose job is
+   known gets the job's fingerprint, the same on every node of the job, so PagerDuty
+   folds the nodes' triggers into one incident.
 2. **Hold and flapping.** A resolve is held ``resolve_hold``; a re-fire inside the hold
-   continues the same alert (no new page, no resolve). An alert that fired
+   continues the same alert (no new page, no resolve). A job-wide alert's resolve is
+   held further while the fleet says another node of the job is still in it
+   (``job_clear``, the agent's view of Prometheus: ``job: {prometheus: URL}``), so the
+   job's one PagerDuty incident resolves with its last node, at most
+   :data:`FLEET_HOLD_MAX_S` later. An alert that fired
    ``flap_count`` times within ``flap_window`` is flapping and its resolve is held
    ``flap_hold``: an incident firing and clearing every minute for an hour is one page
    and, once it stays clear, one resolve. After a restart every alert that was firing is
@@ -39,12 +47,18 @@ from watchdog.incident import Incident
 from watchdog.notify import store as st
 from watchdog.notify.base import Alert, Notification
 from watchdog.notify.config import NotifyConfig
-from watchdog.notify.fingerprint import fingerprint, group_key
+from watchdog.notify.fingerprint import group_key, identity
 from watchdog.store.store import Store
 
 log = logging.getLogger("watchdog.notify")
 
 RuleInfo = Callable[[str], tuple[str, str | None]]  # rule name -> (scope, runbook)
+#: an incident's GPU UUIDs -> (job id, episode) of the one job they run, or None
+JobOf = Callable[[list[str]], tuple[str, str] | None]
+#: (kind, job id) -> True: no other node of the job is in it; False: some are; None: unknown
+JobClear = Callable[[str, str], bool | None]
+FLEET_HOLD_MAX_S = 3600.0  # a job-wide resolve is never held longer for the fleet
+FLEET_RECHECK_S = 15.0  # a resolve held for the fleet is looked at again this often
 
 
 @dataclass(slots=True)
@@ -84,7 +98,10 @@ class Policy:
         self.rule_info = rule_info
         self.alerts: dict[str, AlertState] = {}
         self.groups: dict[tuple[str, str], GroupState] = {}
-        self._fp_of: dict[int, tuple[Incident, str]] = {}
+        self._fp_of: dict[int, tuple[Incident, str, str | None]] = {}
+        self.job_of: JobOf | None = None  # set by the agent (its job tracker)
+        self.job_clear: JobClear | None = None  # set by the agent (job: {prometheus: URL})
+        self._fleet_held: set[str] = set()
         self._silences: list[dict[str, Any]] = []
         self._silences_at = -1e18
         self.dropped = 0  # notifications refused by a full outbox
@@ -144,6 +161,9 @@ class Policy:
                 cur.alert = replace(cur.alert, resolved_at=inc.resolved_at or now,
                                     evidence=_plain(inc.evidence) or cur.alert.evidence)
                 cur.state, cur.hold_until, cur.dirty = "resolving", now + hold, True
+                if self.job_clear is not None and cur.alert.job_id and \
+                        fp.startswith("job-"):  # ask the fleet now: known by the hold's end
+                    self.job_clear(cur.alert.kind, cur.alert.job_id)
                 if flapping:
                     log.info("%s on %s is flapping (%d firings in %.0f min): its resolve is "
                              "held %.0f min", inc.kind, inc.host, len(cur.fires),
@@ -154,22 +174,28 @@ class Policy:
     def _fp(self, inc: Incident) -> str:
         """The fingerprint fixed when ``inc`` was first seen. The map holds the incident
         itself, so its ``id()`` cannot be reused by another object while it is there."""
+        return self._identity(inc)[0]
+
+    def _identity(self, inc: Incident) -> tuple[str, str | None]:
+        """``(fingerprint, job id)`` fixed when ``inc`` was first seen."""
         entry = self._fp_of.get(id(inc))
         if entry is not None and entry[0] is inc:
-            return entry[1]
-        scope, _ = self.rule_info(inc.rule)
-        per_gpu = scope == "gpu" and len(inc.uuids) == 1
-        fp = fingerprint(inc.kind, inc.host, inc.rule, inc.labels,
-                         inc.uuids[0] if per_gpu else None)
-        self._fp_of[id(inc)] = (inc, fp)
-        return fp
+            return entry[1], entry[2]
+        job = None
+        if self.job_of is not None:
+            try:
+                job = self.job_of(list(inc.uuids))
+            except Exception as e:  # noqa: BLE001 - identity must not stop alerting
+                log.warning("job of %s on %s unknown: %s", inc.kind, inc.host, e)
+        fp, job_id = identity(inc, self.rule_info(inc.rule)[0], job)
+        self._fp_of[id(inc)] = (inc, fp, job_id)
+        return fp, job_id
 
     def _group(self, inc: Incident) -> str:
-        job = inc.labels.get("job_id") or inc.labels.get("slurm_job_id")
-        return group_key(inc.host, job)
+        return group_key(inc.host, self._identity(inc)[1])
 
     def _alert(self, inc: Incident, fp: str, status: str) -> Alert:
-        _, runbook = self.rule_info(inc.rule)
+        scope, runbook = self.rule_info(inc.rule)
         url = runbook
         if self.cfg.runbook_url:
             url = self.cfg.runbook_url.replace("{kind}", inc.kind)
@@ -178,8 +204,24 @@ class Policy:
             host=inc.host, gpus=tuple(inc.gpus), uuids=tuple(inc.uuids),
             started_at=inc.started_at, fired_at=inc.fired_at, resolved_at=None,
             rule=inc.rule, summary=inc.summary, evidence=_plain(inc.evidence),
-            labels=dict(inc.labels), runbook_url=url,
-            job_id=inc.labels.get("job_id") or inc.labels.get("slurm_job_id"))
+            labels=dict(inc.labels), runbook_url=url, job_id=self._identity(inc)[1],
+            scope="gpu" if scope == "gpu" and len(inc.uuids) == 1 else "node")
+
+    def _fleet_holds(self, a: AlertState, now: float) -> bool:
+        """Hold a job-wide alert's resolve while other nodes of its job are still in it
+        (the fleet's answer; unknown = do not hold)."""
+        al = a.alert
+        if self.job_clear is None or not al.job_id or not al.fingerprint.startswith("job-") \
+                or now - (al.resolved_at or now) >= FLEET_HOLD_MAX_S:
+            return False
+        if self.job_clear(al.kind, al.job_id) is not False:  # never raises (FleetView)
+            return False
+        a.hold_until, a.dirty = now + FLEET_RECHECK_S, True
+        if al.fingerprint not in self._fleet_held:
+            self._fleet_held.add(al.fingerprint)
+            log.info("%s of job %s cleared here; its resolve waits for the job's other "
+                     "nodes (Prometheus still shows some in it)", al.kind, al.job_id)
+        return True
 
     # --- muting -----------------------------------------------------------------------------
     def _muted(self, now_wall: float) -> set[str]:
@@ -226,6 +268,9 @@ class Policy:
         """Advance holds and timers; queue what is due. Returns the queued notifications."""
         for a in self.alerts.values():
             if a.state == "resolving" and a.hold_until is not None and now >= a.hold_until:
+                if self._fleet_holds(a, now):
+                    continue
+                self._fleet_held.discard(a.alert.fingerprint)
                 a.state, a.hold_until, a.dirty = "resolved", None, True
                 a.alert = replace(a.alert, status="resolved",
                                   resolved_at=a.alert.resolved_at or now)

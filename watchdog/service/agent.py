@@ -36,6 +36,8 @@ class Agent:
     servers: list[Any] = field(default_factory=list)
     load_config: Any = None  # path -> a validated config (SIGHUP); the command's loader
     settings: Any = None  # the interval and rules in force (one owner, see Settings)
+    jobs: Any = None  # what the node runs (watchdog.service.jobs.JobTracker)
+    fleet: Any = None  # the fleet's view of the job (watchdog.service.fleet.FleetView)
     _metrics_retry_at: float = 0.0
 
     def announce(self) -> None:
@@ -61,7 +63,7 @@ class Agent:
             return
         mhost, mport = self.metrics_at
         first = self.metrics_error is None and not self._metrics_retry_at
-        server, err = serve(self.pipeline, mhost, mport, quiet=True)
+        server, err = serve(self.pipeline, mhost, mport, quiet=True, jobs=self.jobs)
         self._metrics_retry_at = time.monotonic() + METRICS_RETRY_S
         if err is not None and first:
             log.error("%s; retrying every %.0f s", err, METRICS_RETRY_S)
@@ -86,6 +88,8 @@ class Agent:
         try:
             return self.daemon.run()
         finally:
+            if self.fleet is not None:
+                self.fleet.stop()
             p.close()
             for s in self.servers:
                 try:
@@ -119,7 +123,7 @@ class Agent:
         rules = load_rules(self.rules_override or list(new.rules) or None)
         notes = []
         for key in ("source", "state_dir", "host", "metrics_listen", "record", "model",
-                    "notify"):
+                    "notify", "job"):
             if getattr(new, key) != getattr(self.cfg, key):
                 notes.append(f"{key} changed: takes effect at the next restart")
         changed = self.settings.update(interval=new.interval, rules=rules)
@@ -188,6 +192,17 @@ def _notifier(cfg: Any, sinks: dict[str, Any] | None, db: Any, clock: Any, host:
                      sinks=sinks, wall=real)
 
 
+def _jobs(cfg: Any) -> tuple[Any, Any]:
+    """What the node runs: the job tracker (the config's ``job:`` or the GPUs' processes)
+    and the recording port teed to it, so it sees every tick's samples."""
+    from watchdog.service.jobs import JobTracker, SampleTee
+
+    tracker = JobTracker(getattr(cfg, "job", None))
+    if tracker.problem:
+        log.warning("%s: the node's own reading is used", tracker.problem)
+    return tracker, SampleTee(tracker)
+
+
 def build(cfg: Any, *, spec: str, options: Any, interval: float, speed: float,
           rules_override: list[str], state_dir: str | None, demo: bool, clock: Clock,
           stop_after: float | None, load_config: Any = None) -> Agent:
@@ -224,21 +239,36 @@ def build(cfg: Any, *, spec: str, options: Any, interval: float, speed: float,
             from watchdog.service.recorder import Recorder
 
             recorder = Recorder(cfg.record.dir, cfg.record.keep_s, source=spec, host=host)
+        jobs, tee = _jobs(cfg)
+        tee.recorder = recorder
         db = Store(sdir)
         store = AgentStore(db, namespace)
     except BaseException:
         lock.release()
         raise
+    notifier = _notifier(cfg, sinks, db, clock, host, settings)
+    fleet = None
+    if notifier is not None:
+        notifier.policy.job_of = lambda uuids: (
+            (j.id, j.episode) if (j := jobs.job_for(uuids)) is not None else None)
+        url = getattr(getattr(cfg, "job", None), "prometheus", None)
+        if url:
+            from watchdog.service.fleet import FleetView
+
+            fleet = FleetView(url, host or socket.gethostname())
+            notifier.policy.job_clear = fleet.job_clear
     pipeline = LivePipeline(
         lambda now: open_live(spec, options, start=now), _detector_factory(settings, host),
         clock, spec=spec, settings=settings, store=store,
         notifiers=[IncidentLog(clock.now, stamp=speed != 1)],
-        notifier=_notifier(cfg, sinks, db, clock, host, settings), recorder=recorder,
-        host=host, anomaly=anomaly)
+        notifier=notifier, recorder=tee, host=host, anomaly=anomaly)
+    tee.status_to = pipeline.extra_status
+    if fleet is not None:
+        fleet.start()
     stop_at = clock.now() + stop_after if stop_after is not None else None
     agent = Agent(cfg=cfg, spec=spec, pipeline=pipeline, daemon=None,
                   rules_override=rules_override, state_dir=sdir, lock=lock, db=db,
-                  load_config=load_config, settings=settings)
+                  load_config=load_config, settings=settings, jobs=jobs, fleet=fleet)
     agent.daemon = Daemon(pipeline, interval=interval, speed=speed, stop_at=stop_at,
                           reload=agent.reload, maintain=agent.maintain)
     if cfg.metrics_listen:

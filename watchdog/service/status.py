@@ -38,6 +38,8 @@ def render(doc: dict[str, Any], now: float) -> str:
     gpus = doc.get("gpus") or []
     lines.append(f"GPUs: {len(gpus)}" + "".join(
         f"\n  {g['index']}  {g.get('name') or '?'}  {g['uuid']}" for g in gpus))
+    if doc.get("job") is not None:
+        lines.append(_job_line(doc["job"]))
     lag = doc.get("lag_s") or {}
     det = doc.get("detect_ms") or {}
     lines.append(f"sampling: every {doc.get('interval_s'):g}s · {doc.get('ticks')} ticks · "
@@ -93,6 +95,29 @@ def _agent_lines(doc: dict[str, Any]) -> list[str]:
                    "started); timestamps follow the agent's until it restarts, sampling is "
                    "unaffected")
     return out
+
+
+def _job_line(job: dict[str, Any]) -> str:
+    """``jobs: 4242 (slurm, run 1) on GPUs 0-7 · from the GPUs' processes``: what the node
+    runs, which the metrics' ``job_id`` and a job-wide page's identity carry."""
+    parts = []
+    for j in job.get("jobs") or []:
+        what = [j.get("scheduler") or "?"]
+        if j.get("run") not in (None, "", "0"):
+            what.append(f"run {j['run']}")
+        if j.get("namespace") or j.get("pod"):
+            what.append(f"pod {j.get('namespace') or '?'}/{j.get('pod') or '?'}")
+        gpus = f" on GPU {gpu_list([str(g) for g in j['gpus']])}" if j.get("gpus") else ""
+        parts.append(f"{j['id']} ({', '.join(what)}){gpus}")
+    where = ("from the config (" + str(job.get("config")) + ")" if job.get("source") == "config"
+             else "from the GPUs' processes" + (f" (the config's {job['config']} gives "
+                                                "none now)" if job.get("config") else ""))
+    line = f"job: {'; '.join(parts) if parts else 'none'} · {where}"
+    if job.get("prometheus"):
+        line += f" · job-wide resolves ask Prometheus at {job['prometheus']}"
+    if job.get("problem"):
+        line += f" · ! {job['problem']}"
+    return line
 
 
 def _model_line(md: dict[str, Any]) -> str:

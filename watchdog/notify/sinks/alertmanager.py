@@ -1,9 +1,14 @@
 """``type: alertmanager``: post alerts to Prometheus Alertmanager's API v2.
 
 Every notification posts the group's alerts to ``POST /api/v2/alerts``: labels
-``alertname`` (the kind), ``severity``, ``host``/``instance``, ``rule`` and ``fingerprint``
-(fixed for the incident's life, so Alertmanager sees one alert even as GPUs join: the GPU
-list is an annotation); ``endsAt`` once resolved. Alertmanager forgets a firing alert
+``alertname`` (the kind), ``severity``, ``node`` (the agent's ``host:``; also as ``host``
+and ``instance``), ``rule``, ``fingerprint`` (fixed for the incident's life, so
+Alertmanager sees one alert even as GPUs join: the GPU list is an annotation), ``job_id``
+where the node knows its job, and ``gpu`` (the index) on a per-GPU rule's alert only;
+``endsAt`` once resolved. A job-wide alert (``comm_hang``, ``stall``) has the job's
+fingerprint, the same on every node, and its own ``node``: Alertmanager's
+``group_by: [alertname, job_id]`` then makes one notification of a job's N nodes
+(docs/fleet.md). Alertmanager forgets a firing alert
 that is not re-sent within its ``resolve_timeout`` (5 min by default), so firing groups
 are re-posted every ``resend_interval`` (default 60 s). Alertmanager then does its own
 grouping, routing and silencing for the fleet.
@@ -16,6 +21,7 @@ for an Alertmanager behind a private CA.
 from __future__ import annotations
 
 import ssl
+import time
 from dataclasses import dataclass
 from typing import Any
 
@@ -31,11 +37,13 @@ def am_alert(a: Alert, now: float | None = None) -> dict[str, Any]:
     # Alertmanager identifies an alert by its whole label set: the GPU list, which grows
     # while a node-level incident lives, is an annotation, or a GPU joining would leave a
     # stale copy firing until resolve_timeout.
-    labels = {"alertname": a.kind, "severity": a.severity, "host": a.host,
+    labels = {"alertname": a.kind, "severity": a.severity, "node": a.host, "host": a.host,
               "instance": a.host, "rule": a.rule, "fingerprint": a.fingerprint,
               "source": "nvml-watchdog"}
     if a.job_id:
         labels["job_id"] = a.job_id
+    if a.scope == "gpu" and len(a.gpus) == 1:  # stable: a per-GPU alert never changes GPU
+        labels["gpu"] = a.gpus[0]
     ann = {"summary": a.summary, "title": render.headline(a, now),
            "gpus": ",".join(a.gpus) or "node"}
     ev = render.evidence(a)
@@ -48,10 +56,15 @@ def am_alert(a: Alert, now: float | None = None) -> dict[str, Any]:
         ann["runbook_url"] = link
     elif a.runbook_url:  # a file on the node is not a link: say where it is
         ann["runbook"] = render.runbook_text(a) or a.runbook_url
+    # Alertmanager refuses times ahead of its own clock ("start time must be before end
+    # time"): a simulated node at --speed lives ahead of the wall clock, so its times are
+    # capped at the wall clock (a real node's never are)
+    wall = time.time()
+    start = a.fired_at or a.started_at
     out: dict[str, Any] = {"labels": labels, "annotations": ann,
-                           "startsAt": iso(a.fired_at or a.started_at)}
+                           "startsAt": iso(min(start, wall) if start is not None else None)}
     if a.status == "resolved":
-        out["endsAt"] = iso(a.resolved_at)
+        out["endsAt"] = iso(min(a.resolved_at, wall) if a.resolved_at is not None else None)
     return out
 
 

@@ -2,7 +2,10 @@
 
 Each alert whose state changed is one event: ``trigger`` while it fires (again when GPUs
 join: PagerDuty folds it into the open incident), ``resolve`` when it clears, with
-``dedup_key`` = the alert's fingerprint, fixed for the incident's life. Repeats are not
+``dedup_key`` = the alert's fingerprint, fixed for the incident's life. A job-wide alert's
+fingerprint is the job's (:mod:`watchdog.notify.fingerprint`): every node of a hung job
+sends the same ``dedup_key``, so PagerDuty opens one incident for the job; each trigger
+names its node in ``custom_details.node``. Repeats are not
 sent (PagerDuty keeps paging by its own escalation policy).
 
 The client's own retry loops are switched off: a 429 would otherwise be retried inside the
@@ -108,6 +111,7 @@ def payload(a: Alert, now: float | None = None) -> dict[str, Any]:
                "rule": a.rule, "evidence": render.evidence(a) or "", "values": a.evidence}
     if a.job_id:
         details["job"] = a.job_id
+        details["node"] = a.host
     if a.runbook_url:
         details["runbook"] = render.runbook_text(a)
     return {"summary": render.headline(a, now)[:300] + ": " + a.summary[:700],

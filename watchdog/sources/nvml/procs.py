@@ -3,14 +3,18 @@
 NVML gives the pid and GPU memory; the rest comes from ``/proc/<pid>``: ``comm`` (name),
 ``cmdline`` (what it runs: ``python -m vllm.entrypoints...`` tells a server from a trainer;
 only that verdict is kept, never the command line, whose arguments may hold secrets),
-``environ`` (``SLURM_JOB_ID``; readable only for our own user or root) and ``cgroup``
-(Slurm's ``job_<id>`` cgroup, a container runtime's scope). Anything unreadable is simply
-``None``: a health probe must not fail because another user's process is private.
-``proc_root`` is injectable so tests use a fake tree.
+``environ`` (``SLURM_JOB_ID`` and ``SLURM_RESTART_COUNT``; readable only for our own user
+or root) and ``cgroup`` (Slurm's ``job_<id>`` cgroup, a container runtime's scope, a
+Kubernetes pod's ``pod<uid>`` slice). A pod's namespace and name come from the kubelet's
+log folder ``/var/log/pods/<namespace>_<pod>_<uid>`` where the node has it (the API server
+is never asked). Anything unreadable is simply ``None``: a health probe must not fail
+because another user's process is private. ``proc_root`` and ``pods_root`` are
+injectable so tests use a fake tree.
 """
 
 from __future__ import annotations
 
+import os
 import re
 from pathlib import Path
 
@@ -22,6 +26,15 @@ _JOB_RE = re.compile(r"/job_(\d+)(?:/|$)")
 # /kubepods/.../<id>: container ids are 64 hex digits.
 _CONTAINER_RE = re.compile(
     r"(?:docker|cri-containerd|crio|libpod|containerd)[-/]([0-9a-f]{64})|/([0-9a-f]{64})(?:\.scope)?$")
+
+
+# kubepods/burstable/pod<uid>/… (cgroupfs driver) or kubepods-burstable-pod<uid>.slice
+# (systemd driver, which writes the UID's dashes as underscores)
+_POD_RE = re.compile(r"pod([0-9a-f]{8}[-_][0-9a-f]{4}[-_][0-9a-f]{4}[-_][0-9a-f]{4}"
+                     r"[-_][0-9a-f]{12})(?:\.slice)?(?:/|$)")
+PODS_ROOT = "/var/log/pods"
+_POD_NAMES: dict[str, tuple[str | None, str | None]] = {}  # uid -> (namespace, name)
+_POD_NAMES_MAX = 256
 
 
 CMDLINE_MAX = 4096
@@ -39,13 +52,55 @@ def _read(path: Path, limit: int = 65536) -> bytes | None:
 
 def job_from_environ(raw: bytes | None) -> str | None:
     """``SLURM_JOB_ID`` from a NUL-separated ``/proc/<pid>/environ``."""
+    return env_value(raw, b"SLURM_JOB_ID")
+
+
+def env_value(raw: bytes | None, name: bytes) -> str | None:
+    """The variable ``name`` from a NUL-separated ``/proc/<pid>/environ`` (None: unset,
+    empty or unreadable); at most 256 characters are kept."""
     if not raw:
         return None
+    prefix = name + b"="
     for item in raw.split(b"\0"):
-        if item.startswith(b"SLURM_JOB_ID="):
-            value = item.split(b"=", 1)[1].decode(errors="replace").strip()
+        if item.startswith(prefix):
+            value = item[len(prefix):].decode(errors="replace").strip()[:256]
             return value or None
     return None
+
+
+def pod_from_cgroup(text: str | None) -> str | None:
+    """A Kubernetes pod's UID (dashed) from ``/proc/<pid>/cgroup`` lines, or None."""
+    if not text:
+        return None
+    for line in text.splitlines():
+        m = _POD_RE.search(line.split(":", 2)[-1].strip())
+        if m:
+            return m.group(1).replace("_", "-")
+    return None
+
+
+def pod_names(uid: str, pods_root: str = PODS_ROOT) -> tuple[str | None, str | None]:
+    """``(namespace, pod name)`` of the pod ``uid`` from the kubelet's log folder
+    ``<pods_root>/<namespace>_<pod>_<uid>``; ``(None, None)`` where the node does not show
+    it. Cached per UID (a pod keeps its name), so the folder is listed once per pod."""
+    key = f"{pods_root}\0{uid}"
+    if key in _POD_NAMES:
+        return _POD_NAMES[key]
+    found: tuple[str | None, str | None] = (None, None)
+    try:
+        with os.scandir(pods_root) as it:
+            for entry in it:
+                ns, sep, rest = entry.name.partition("_")
+                pod, sep2, tail = rest.rpartition("_")
+                if sep and sep2 and tail == uid and ns and pod:
+                    found = (ns, pod)
+                    break
+    except OSError:
+        pass
+    if len(_POD_NAMES) >= _POD_NAMES_MAX:
+        _POD_NAMES.clear()
+    _POD_NAMES[key] = found
+    return found
 
 
 def parse_cgroup(text: str | None) -> tuple[str | None, str | None]:
@@ -65,7 +120,8 @@ def parse_cgroup(text: str | None) -> tuple[str | None, str | None]:
 
 
 def describe(pid: int, used_memory_mib: float | None, proc_root: str = "/proc",
-             serving_pattern: re.Pattern[str] = serving.DEFAULT) -> ProcessInfo:
+             serving_pattern: re.Pattern[str] = serving.DEFAULT,
+             pods_root: str = PODS_ROOT) -> ProcessInfo:
     """A :class:`ProcessInfo` for ``pid`` with whatever ``/proc`` lets us read;
     ``serving_pattern`` (:func:`watchdog.serving.matcher`) marks inference servers."""
     base = Path(proc_root) / str(pid)
@@ -76,8 +132,14 @@ def describe(pid: int, used_memory_mib: float | None, proc_root: str = "/proc",
     serving = (serving_pattern.search(cmdline) is not None
                or (name is not None and serving_pattern.search(name) is not None)) \
         if (cmdline or name) else None
-    job = job_from_environ(_read(base / "environ"))
+    environ = _read(base / "environ")
+    job = job_from_environ(environ)
     cg = _read(base / "cgroup")
-    cg_job, container = parse_cgroup(cg.decode(errors="replace") if cg else None)
+    cg_text = cg.decode(errors="replace") if cg else None
+    cg_job, container = parse_cgroup(cg_text)
+    pod = pod_from_cgroup(cg_text)
+    ns, pod_name = pod_names(pod, pods_root) if pod else (None, None)
     return ProcessInfo(pid=pid, name=name, used_memory_mib=used_memory_mib,
-                       job_id=job or cg_job, container=container, serving=serving)
+                       job_id=job or cg_job, container=container, serving=serving,
+                       job_run=env_value(environ, b"SLURM_RESTART_COUNT") if job else None,
+                       pod_uid=pod, pod_namespace=ns, pod_name=pod_name)

@@ -11,6 +11,13 @@ events. Times here are seconds since the node started. Scenarios and their param
   limiter bits, GPM ~0, memory held; with ``dead=I`` that rank's GPU drops to 0 % and
   loses its process while the others hang.
 * ``stall``: the process holds memory, util 0, idle power and clocks, GPU idle bit.
+* ``rank_crash``: every rank on the node exits: util 0, idle power and clocks, memory
+  freed, no process. Not in the ground truth (alone it is an idle node); in a simulated
+  fleet it is the node the others' ``comm_hang`` waits for, which the fleet rules name.
+* ``node(id=K)`` is no scenario but says which node of a multi-node job this is: the
+  nodes of one job share ``--seed`` (the job: its checkpoints, phases and Slurm job id)
+  and differ in ``id`` (their GPUs: levels, noise, UUIDs). Without it the node is node
+  0, the seed's own.
 * ``thermal_throttle`` (``cooling=X``): cooling loss; temperature climbs to the slowdown
   threshold in seconds, SW/HW thermal bits (0x20, 0x40+0x8), clocks and power fall to
   hold it there.
@@ -61,7 +68,13 @@ from __future__ import annotations
 from watchdog.errors import InputError
 from watchdog.sources.sim.faults_base import Fault
 from watchdog.sources.sim.faults_hw import Ecc, GpuLost, NvlinkErrors, PcieDegraded, Xid
-from watchdog.sources.sim.faults_job import CommHang, InferenceServer, MemoryPressure, Stall
+from watchdog.sources.sim.faults_job import (
+    CommHang,
+    InferenceServer,
+    MemoryPressure,
+    RankCrash,
+    Stall,
+)
 from watchdog.sources.sim.faults_slow import HwSlowdown, Straggler, ThermalThrottle
 from watchdog.sources.sim.faults_unnamed import (
     BurstyUtil,
@@ -86,8 +99,11 @@ SCENARIOS: dict[str, type[Fault] | None] = {
     **{c.name: c for c in (CommHang, Stall, ThermalThrottle, HwSlowdown, MemoryPressure,
                            GpuLost, Xid, Ecc, PcieDegraded, NvlinkErrors, Straggler,
                            InferenceServer, PowerMismatch, SlowNoReason, TempDrift,
-                           HbmSag, BurstyUtil)},
+                           HbmSag, BurstyUtil, RankCrash)},
 }
+#: The item that names the node of a multi-node job (``node(id=K)``), not a scenario.
+NODE_ITEM = "node"
+NODE_ID_MAX = 1_000_000
 COMMON_PARAMS = {"gpus": "GPU list: 3, 0-3, 0+2, all", "for": "duration (default: until the end)"}
 
 
@@ -108,14 +124,31 @@ def _clear_of_checkpoints(onset: float, job: TrainingJob) -> float:
     return onset
 
 
+def node_id(requests: list[Request], spec: str) -> int:
+    """The node of a multi-node job the spec names (``node(id=K)``; 0 without it)."""
+    items = [r for r in requests if r.name == NODE_ITEM]
+    if not items:
+        return 0
+    r = items[0]
+    if len(items) > 1 or r.onset is not None or set(r.params) != {"id"}:
+        raise InputError(f"--source {spec!r}: {r.text!r}: write node(id=K) once, K a "
+                         f"number 1..{NODE_ID_MAX}")
+    text = r.params["id"].strip()
+    if not text.isdigit() or not 1 <= int(text) <= NODE_ID_MAX:
+        raise InputError(f"--source {spec!r}: {r.text!r}: id must be a number 1.."
+                         f"{NODE_ID_MAX}")
+    return int(text)
+
+
 def build(requests: list[Request], job: TrainingJob, spec: str) -> list[Fault]:
     """Turn requests into faults, filling default onsets and GPUs (see module docstring)."""
     n = job.n
+    requests = [r for r in requests if r.name != NODE_ITEM]
     wanted = [r for r in requests if r.name != "healthy"]
     for r in requests:
         if r.name not in SCENARIOS:
             raise InputError(f"--source {spec!r}: unknown scenario {r.name!r} "
-                             f"(valid: {', '.join(SCENARIOS)})")
+                             f"(valid: {', '.join(SCENARIOS)}; and node(id=K))")
         cls = SCENARIOS[r.name]
         allowed = dict(COMMON_PARAMS, **(cls.params_help if cls else {}))
         for k in r.params:

@@ -35,7 +35,7 @@ class Fault:
         self.job = job
         self.where = where
         self.params: dict[str, Any] = {}
-        self._bases = {g: noise.key(job.seed, S_FAULT, g) for g in gpus}
+        self._bases = {g: noise.key(job.gpu_seed, S_FAULT, g) for g in gpus}
         self.configure(params)
 
     @classmethod

@@ -1,5 +1,7 @@
 """Faults of the training job itself: it hangs (``comm_hang``), stalls (``stall``) or
-leaks memory (``memory_pressure``); and a look-alike that is no fault (``inference_server``).
+leaks memory (``memory_pressure``); the ranks on this node die (``rank_crash``: what the
+nodes of a multi-node job that hang are waiting for); and a look-alike that is no fault
+(``inference_server``).
 What each does is listed in :mod:`.faults`.
 """
 
@@ -54,6 +56,30 @@ class CommHang(Fault):
 
     def truth_gpus(self) -> tuple[int, ...]:
         return tuple(g for g in self.gpus if g != self.dead)
+
+
+class RankCrash(Fault):
+    """Every rank on this node exits (an OOM kill, a segfault, the local launcher tearing
+    its workers down): the GPUs go idle with their memory freed and no process. Alone,
+    the node shows nothing wrong: an idle node. In a multi-node job it is the node the
+    others hang for (run the others with ``comm_hang``), and only the fleet rules, which
+    see every node of the job, name it (docs/fleet.md). No incident is expected of the
+    node itself (not in the ground truth)."""
+
+    name = "rank_crash"
+    kind = "comm_hang"
+    scope = "node"
+    expects_incident = False
+
+    def apply(self, g: int, t: float, st: GpuState, tk: int) -> None:
+        u = self.u(g, tk)
+        st.util = st.mem_util = st.sm_act = st.sm_occ = st.tensor = st.dram = 0.0
+        st.power = self.job.idle_w[g] * (1.0 + 0.04 * u)
+        st.sm_mhz = self.job.model.idle_sm_mhz
+        st.reasons = R.GPU_IDLE
+        st.process = False
+        st.mem_used = 1.0
+        st.pcie_tx = st.pcie_rx = 1.0e3 * u
 
 
 class Stall(Fault):

@@ -40,6 +40,7 @@ _S_STARTUP, _S_CKPT_EVERY, _S_DIP_P, _S_DIP_OFF, _S_HIGH, _S_HOLD = 1, 2, 3, 4, 
 _S_HOT, _S_AMB, _S_C, _S_IDLE, _S_OFF, _S_CKPT_LEN, _S_CKPT_VAR = 7, 8, 9, 10, 11, 12, 13
 _S_PID, _S_JOB, _S_POW, _S_UTIL, _S_UDIP, _S_SYNC, _S_GPM, _S_MEM, _S_ENERGY = (
     14, 15, 16, 17, 18, 19, 20, 21, 22)
+_S_NODE = 23
 
 
 class GpuState:
@@ -87,15 +88,23 @@ class GpuState:
 class TrainingJob:
     """A seeded healthy job on ``n`` GPUs of ``model``; see the module docstring."""
 
-    def __init__(self, model: GpuModel, n: int, seed: int) -> None:
+    def __init__(self, model: GpuModel, n: int, seed: int, node: int = 0) -> None:
         self.model = model
         self.n = n
-        self.seed = seed
+        self.seed = seed  # the job: its schedule (start-up, checkpoints, phases) and id
+        # the node: its GPUs (levels, noise, UUIDs); node 0 is the seed's own node, so a
+        # single simulated node is what it always was. The nodes of one multi-node job
+        # share the seed and differ in ``node`` (``sim:node(id=K)``): they checkpoint and
+        # change phase together, as a real job's nodes do.
+        self.node = node
+        self.gpu_seed = seed if node == 0 else noise.key(seed, _S_NODE, node)
+        self.slurm_job_id = str(100000 + noise.key(seed, _S_JOB) % 900000)
         s = seed
         self.startup_s = noise.uniform(60.0, 120.0, s, _S_STARTUP)
         self.ckpt_every_s = noise.uniform(600.0, 1200.0, s, _S_CKPT_EVERY)
         self.dip_period_s = noise.uniform(20.0, 22.0, s, _S_DIP_P)
         self.dip_offset_s = noise.uniform(0.0, self.dip_period_s, s, _S_DIP_OFF)
+        s = self.gpu_seed
         self.hot_gpu = noise.key(s, _S_HOT) % n
         m = model
         self.hold_frac = [noise.uniform(0.88, 0.93, s, _S_HOLD, g) for g in range(n)]
@@ -110,7 +119,6 @@ class TrainingJob:
         self.busy_off = [noise.uniform(-0.035, 0.035, s, _S_OFF, g) for g in range(n)]
         pid0 = 2000 + noise.key(s, _S_PID) % 60000
         self.pids = [pid0 + 7 * g for g in range(n)]
-        self.slurm_job_id = str(100000 + noise.key(s, _S_JOB) % 900000)
         # energy used since the driver loaded, before this job (J): days of operation
         self.energy_base = [noise.uniform(2.0e7, 4.0e8, s, _S_ENERGY, g) for g in range(n)]
         # per-GPU noise bases for the per-tick draws (see noise.unit_at)

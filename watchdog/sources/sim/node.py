@@ -49,8 +49,8 @@ class SimNode:
         self.v_sync = [0.0] * n  # s with sync boost
         self._grid: list[GpuState] | None = None  # states at grid point self.k
         self._by_gpu = [[f for f in faults if g in f.gpu_set] for g in range(n)]
-        self.replay_base = [float(noise.key(job.seed, _S_REPLAY, g) % 8) for g in range(n)]
-        self.ecc_base = [float(noise.key(job.seed, _S_ECC_BASE, g) % 3) for g in range(n)]
+        self.replay_base = [float(noise.key(job.gpu_seed, _S_REPLAY, g) % 8) for g in range(n)]
+        self.ecc_base = [float(noise.key(job.gpu_seed, _S_ECC_BASE, g) % 3) for g in range(n)]
         self._ecc_cum: list[list[int]] = [[0] for _ in range(n)]  # events before bucket b
         self._ecc_at: list[list[float | None]] = [[] for _ in range(n)]  # event time in b
 
@@ -78,7 +78,8 @@ class SimNode:
         if temp >= m.temp_max_operating_c - 1.0:
             c = self.job.c_per_w[g] * st.cooling
             p_hold = (m.temp_slowdown_c + 0.3 - self.job.ambient_c[g]) / c
-            p_hold = max(idle, p_hold * (0.98 + 0.04 * noise.unit(self.job.seed, _S_HOLD, g, tk)))
+            wobble = noise.unit(self.job.gpu_seed, _S_HOLD, g, tk)
+            p_hold = max(idle, p_hold * (0.98 + 0.04 * wobble))
             if st.power > p_hold:
                 st.sm_mhz *= max(0.3, (p_hold / st.power) ** 0.7)
                 st.power = p_hold
@@ -153,7 +154,7 @@ class SimNode:
         b = int(t // ECC_BUCKET_S)
         cum = self._ecc_cum[g]
         when = self._ecc_at[g]
-        seed = self.job.seed
+        seed = self.job.gpu_seed
         while len(cum) <= b + 1:  # per bucket: the event time or None, cumulative counts
             i = len(cum) - 1
             at = None

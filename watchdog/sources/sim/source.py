@@ -8,8 +8,9 @@ start=clock.now())`` builds a node of ``gpus`` GPUs running a healthy training j
 ``ground_truth()`` says what was injected, where and when, for scoring a detector.
 
 Determinism: the node is a function of ``(seed, spec, model, gpus)`` and the time
-since ``start``; noise is counter-based and slow state is integrated on a fixed grid,
-so the reading at ``t`` does not depend on the sampling interval (XID events are
+since ``start`` (the nodes of one simulated multi-node job share the seed and differ in
+``node(id=K)``, see :mod:`.faults`); noise is counter-based and slow state is integrated
+on a fixed grid, so the reading at ``t`` does not depend on the sampling interval (XID events are
 attached to the first sample at or after their time, as NVML's event queue would).
 """
 
@@ -23,7 +24,7 @@ from watchdog.errors import InputError
 from watchdog.records import DeviceInfo, ProcessInfo, Sample, XidEvent
 from watchdog.serving import serving_value
 from watchdog.sources.sim import noise
-from watchdog.sources.sim.faults import build
+from watchdog.sources.sim.faults import build, node_id
 from watchdog.sources.sim.job import GpuState, TrainingJob
 from watchdog.sources.sim.models import get_model, pci_bus_id
 from watchdog.sources.sim.node import SimNode
@@ -73,10 +74,11 @@ class SimSource:
         self.seed = seed
         self.start = float(start)
         self.host = host or "sim-node"
-        self.job = TrainingJob(self.model, gpus, seed)
-        self.faults = build(parse_spec(spec), self.job, spec)
+        requests = parse_spec(spec)
+        self.job = TrainingJob(self.model, gpus, seed, node=node_id(requests, spec))
+        self.faults = build(requests, self.job, spec)
         self.node = SimNode(self.job, self.faults)
-        self.uuids = [make_uuid(seed, g) for g in range(gpus)]
+        self.uuids = [make_uuid(self.job.gpu_seed, g) for g in range(gpus)]
         xids = sorted((t, g, code, msg) for f in self.faults for t, g, code, msg in f.xids())
         self._xids = xids
         self._xid_next = 0
@@ -94,7 +96,7 @@ class SimSource:
         m = self.model
         return [DeviceInfo(
             index=g, uuid=self.uuids[g], name=m.name, pci_bus_id=pci_bus_id(m, g),
-            serial=str(1650000000000 + noise.key(self.seed, _S_SERIAL, g) % 10**10),
+            serial=str(1650000000000 + noise.key(self.job.gpu_seed, _S_SERIAL, g) % 10**10),
             vbios_version=m.vbios, driver_version=DRIVER_VERSION, cuda_version=CUDA_VERSION,
             power_limit_enforced_w=m.power_limit_w, power_limit_default_w=m.power_limit_w,
             power_limit_min_w=m.power_min_w, power_limit_max_w=m.power_max_w,
