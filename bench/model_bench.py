@@ -24,6 +24,8 @@
     .venv/bin/python bench/model_bench.py --only healthy --healthy-hours 2000 --healthy-seeds 4
     .venv/bin/python bench/model_bench.py --only healthy --healthy-hours 300000 --healthy-seeds 4
         # the 0.01 per 1,000 GPU-hours goal: ~80 min on 2 CPUs (the block simulator)
+    .venv/bin/python bench/model_bench.py --only injected
+        # a slowdown and a temperature drift written into real logs (model_injected.py)
 """
 
 from __future__ import annotations
@@ -369,8 +371,9 @@ def main() -> int:
     ap.add_argument("--healthy-fit-hours", type=float, default=3.0, metavar="H",
                     help="each healthy node's own fit (default 3 h; the daemon refits on "
                          "up to 7 days)")
-    ap.add_argument("--only", choices=("faults", "healthy", "real", "costs"), default=None,
-                    help="run one part only")
+    ap.add_argument("--only", choices=("faults", "healthy", "real", "costs", "injected"),
+                    default=None, help="run one part only (injected: faults written into "
+                    "real logs, bench/model_injected.py; not in the default run)")
     args = ap.parse_args()
     seeds = [1] if args.quick else [1, 2, 3]
     fit_h = 1.5 if args.quick else 3.0
@@ -406,6 +409,10 @@ def main() -> int:
         ok &= real_logs(rules)
     if "costs" in want:
         ok &= costs(models["h100-sxm"], fit_s, size, fit_h)
+    if "injected" in want:
+        from model_injected import injected
+
+        ok &= injected(REAL, rules)[0]
     print(f"\nall goals: {'HOLD on these samples' if ok else 'NOT ALL HELD (see MISSED above)'}"
           " (false-alarm goals: see the bounds above)")
     return 0
