@@ -32,18 +32,37 @@ def test_line_fit_and_residual_by_hand() -> None:
     p = np.linspace(0.5, 1.0, 50)
     feats = np.concatenate([_rows([30 + 40 * v, 40 + 20 * v], [v, v]) for v in p])
     coef = baseline.fit(feats, np.ones(feats.shape[:2], dtype=bool))
-    assert np.allclose(coef, [[30, 40], [40, 20]])
+    assert np.allclose(coef, [[30, 40, 0.5, 1.0], [40, 20, 0.5, 1.0]])  # line, its powers
     # on their lines: 0. A common lag (both 10 % of power behind): still 0 for both.
     assert np.allclose(baseline.residual(_rows([62, 56], [0.8, 0.8]), coef), 0)
     assert np.allclose(baseline.residual(_rows([66, 58], [0.8, 0.8]), coef), 0)
     # GPU 1 alone 5 C above its line; three GPUs: the lag is the median's
-    three = np.vstack([coef, [35.0, 30.0]])
+    three = np.vstack([coef, [35.0, 30.0, 0.5, 1.0]])
     got = baseline.residual(_rows([62, 61, 59], [0.8, 0.8, 0.8]), three)[0]
     assert np.allclose(got, [0, 5, 0])
     # an unknown GPU reads NaN (normal); too few windows gives no line
     done = baseline.complete(_rows([62, 61], [0.8, 0.8]), ["a", "z"], ["a", "b"], coef)
     assert np.isnan(done[0, 1, F.INDEX["own_temp"]])
     assert np.isnan(baseline.fit(feats[:10], np.ones((10, 2), dtype=bool))).all()
+
+
+def test_own_temp_is_a_departure_above_the_line_in_its_steady_state() -> None:
+    coef = np.array([[30.0, 40.0, 0.5, 1.0]])  # one GPU: no peers to take a lag from
+    # 3 C above its line, steady or still climbing: a departure
+    assert np.allclose(baseline.residual(_rows([65], [0.8]), coef), 3.0)
+    warming = _rows([65], [0.8])
+    warming[..., F.INDEX["temp_slope"]] = 0.5
+    assert np.allclose(baseline.residual(warming, coef), 3.0)
+    # 3 C above it and cooling towards it at 1 C/min: the lag after a power drop
+    settling = _rows([65], [0.8])
+    settling[..., F.INDEX["temp_slope"]] = -1.0
+    assert np.isnan(baseline.residual(settling, coef)).all()
+    # below its line: no fault to act on; beyond the powers it was fitted over: no line
+    assert np.allclose(baseline.residual(_rows([55], [0.8]), coef), 0.0)
+    assert np.isnan(baseline.residual(_rows([45], [0.3]), coef)).all()
+    # a model file from before the span was kept ((U, 2) lines) holds at every power
+    old = baseline.complete(_rows([45], [0.3]), ["a"], ["a"], coef[:, :2])
+    assert np.allclose(old[..., F.INDEX["own_temp"]], 3.0)
 
 
 def test_the_baseline_travels_in_the_model_file(tmp_path: Path) -> None:

@@ -17,7 +17,9 @@ cancels, while a GPU whose cooling fails climbs away from its own line alone. A 
 model has no baseline for (another node, a replaced GPU) reads NaN: scored as normal,
 and judged by the other features only.
 
-Stored in the model file as the UUIDs (JSON) and a ``(U, 2)`` float array ``(a, b)``.
+Stored in the model file as the UUIDs (JSON) and a ``(U, 4)`` float array ``(a, b,
+p_lo, p_hi)``: the line and the powers it was fitted over (a file with ``(U, 2)``, from
+before the span was kept, still loads: its lines hold at every power).
 """
 
 from __future__ import annotations
@@ -31,31 +33,58 @@ from watchdog.anomaly import features as F
 MIN_ROWS = 30  # busy windows a GPU needs for a line
 MIN_SPREAD = 0.05  # power_frac range below which the slope is not fitted (flat power)
 MIN_SLOPE = 1.0  # C per unit of power_frac: a flatter line cannot say how far power lags
+SETTLING_C_PER_MIN = 0.5  # a GPU this far from its line, moving back to it this fast, lags
+SPAN_MARGIN = 0.05  # of the power ceiling: how far beyond its fitted powers a line holds
 
 
 def fit(feats: np.ndarray, ok: np.ndarray) -> np.ndarray:
-    """``(G, 2)`` lines ``(a, b)`` from ``(T, G, F)`` features, rows where ``ok``
-    (``(T, G)`` bool: busy training windows); NaN for a GPU with too few rows."""
+    """``(G, 4)`` lines ``(a, b, p_lo, p_hi)`` from ``(T, G, F)`` features, rows where
+    ``ok`` (``(T, G)`` bool: busy training windows); NaN for a GPU with too few rows.
+    ``p_lo..p_hi`` (fraction of the power ceiling): the powers the line was fitted over,
+    where it holds (:data:`SPAN_MARGIN` beyond them: a line is not extrapolated)."""
     temp = feats[:, :, F.INDEX["temp_mean"]]
     power = feats[:, :, F.INDEX["power_frac"]]
-    out = np.full((feats.shape[1], 2), np.nan)
+    out = np.full((feats.shape[1], 4), np.nan)
     for g in range(feats.shape[1]):
         sel = ok[:, g] & ~np.isnan(temp[:, g]) & ~np.isnan(power[:, g])
         if sel.sum() < MIN_ROWS:
             continue
         y, x = temp[sel, g], power[sel, g]
         if np.ptp(x) < MIN_SPREAD:
-            out[g] = (float(np.median(y)), 0.0)
+            out[g] = (float(np.median(y)), 0.0, float(x.min()), float(x.max()))
             continue
         b, a = np.polyfit(x, y, 1)
-        out[g] = (float(a), float(b))
+        # again without the windows where the GPU was still settling towards that line
+        # (after a power change): the line is the steady state
+        slope = feats[sel, g, F.INDEX["temp_slope"]]
+        steady = ~_settling(y - (a + b * x), slope)
+        span = x
+        if steady.sum() >= MIN_ROWS:
+            span = x[steady]
+            if np.ptp(span) >= MIN_SPREAD:
+                b, a = np.polyfit(span, y[steady], 1)
+            else:
+                a, b = float(np.median(y[steady])), 0.0
+        out[g] = (float(a), float(b), float(span.min()), float(span.max()))
     return out
 
 
+def _settling(r: np.ndarray, slope: np.ndarray) -> np.ndarray:
+    """Where a GPU ``r`` C from its line (``(...)``) is moving back towards it at
+    :data:`SETTLING_C_PER_MIN` or faster (``slope``, C/min): thermal lag after a power
+    change, not a departure. A fault moves a GPU away from its line (a drift: above it
+    and rising), never towards it."""
+    with np.errstate(invalid="ignore"):
+        return (r * slope < 0) & (np.abs(slope) >= SETTLING_C_PER_MIN)
+
+
 def lines_for(uuids: Sequence[str], known: Sequence[str], coef: np.ndarray) -> np.ndarray:
-    """``(G, 2)`` lines of ``uuids`` in the order given (NaN for one not in ``known``)."""
+    """``(G, 4)`` lines of ``uuids`` in the order given (NaN for one not in ``known``; a
+    model file of ``(U, 2)`` lines, before the span was kept, holds at every power)."""
     row = {u: i for i, u in enumerate(known)}
-    out = np.full((len(uuids), 2), np.nan)
+    if coef.shape[1] == 2:
+        coef = np.column_stack([coef, np.full(len(coef), -np.inf), np.full(len(coef), np.inf)])
+    out = np.full((len(uuids), 4), np.nan)
     for g, u in enumerate(uuids):
         if u in row:
             out[g] = coef[row[u]]
@@ -63,27 +92,45 @@ def lines_for(uuids: Sequence[str], known: Sequence[str], coef: np.ndarray) -> n
 
 
 def residual(feats: np.ndarray, lines: np.ndarray) -> np.ndarray:
-    """``own_temp`` (C) of ``(..., G, F)`` features given ``(G, 2)`` lines.
+    """``own_temp`` (C) of ``(..., G, F)`` features given ``(G, 4)`` lines (or ``(G, 2)``).
 
     Each GPU's distance from its own line is ``r = temp - (a + b * power)``. After a
     power change every GPU's temperature lags by the same time constant, so ``r`` is
     ``b * d`` with ``d`` (in power units) common to the node: the lag is removed by
     subtracting ``b`` times the median of ``r / b`` over the busy GPUs with a slope.
     What is left is the GPU's own departure from its line (with one GPU known or no
-    slopes, ``r`` itself)."""
+    slopes, ``r`` itself). NaN (scored as normal) where the GPU is settling back towards
+    its line (:func:`_settling`): on a 1-GPU node nothing else tells a lag from a fault;
+    0 below its line (:func:`_above`)."""
     temp = feats[..., F.INDEX["temp_mean"]]
     power = feats[..., F.INDEX["power_frac"]]
     b = lines[:, 1]
     r = temp - (lines[:, 0] + b * power)
+    if lines.shape[1] >= 4:  # no line beyond the powers it was fitted over
+        with np.errstate(invalid="ignore"):
+            r = np.where((power < lines[:, 2] - SPAN_MARGIN) | (power > lines[:, 3] + SPAN_MARGIN),
+                         np.nan, r)
+    settling = _settling(r, feats[..., F.INDEX["temp_slope"]])
     if r.shape[-1] < 2:
-        return r
+        return _above(np.where(settling, np.nan, r))
     busy = F.busy(feats.reshape(-1, *feats.shape[-2:])).reshape(r.shape)
     sloped = np.abs(np.nan_to_num(b)) >= MIN_SLOPE
     with np.errstate(all="ignore"):
         each = np.where(busy & sloped, r / np.where(sloped, b, 1.0), np.nan)
     lag = F.row_median(each.reshape(-1, each.shape[-1])).reshape(*each.shape[:-1], 1)
     lag = np.where(np.isnan(lag), 0.0, lag)
-    return r - np.where(sloped, b, 0.0) * lag
+    own = r - np.where(sloped, b, 0.0) * lag
+    # a GPU settling back towards its line while its peers do not (one GPU's power
+    # changed: a job on part of the node) is no departure either
+    return _above(np.where(settling & (own * r > 0), np.nan, own))
+
+
+def _above(own: np.ndarray) -> np.ndarray:
+    """Only a GPU warmer than its own line departs (a fan, a cold plate, its airflow): one
+    cooler than it is no fault to act on, and reads 0 (NaN stays NaN). A line fitted on
+    a short span extrapolates badly to a power it never saw (the real 8x H100 log's 400 W
+    phase after a fit on its 690 W phase read -15 C)."""
+    return np.where(own < 0.0, 0.0, own)
 
 
 def complete(feats: np.ndarray, uuids: Sequence[str], known: Sequence[str],
