@@ -1,0 +1,71 @@
+"""Faults for the model written into real logs (``watchdog.testing.model_faults``) and the
+bench section that replays them (``bench/model_bench.py --only injected``). Skipped
+without the team's real logs (``../shared/real-telemetry``)."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from watchdog.testing import model_faults as MF
+from watchdog.testing.rawlog import RawLog
+from watchdog.testing.real_telemetry import NANOGPT
+
+REPO = Path(__file__).resolve().parent.parent
+REAL = REPO.parent / "shared" / "real-telemetry"
+NANO = REAL / "karpathy__nanoGPT" / "gpu_metrics@b443a1c3.csv"
+needs_real = pytest.mark.skipif(not NANO.is_file(), reason=f"no real logs at {REAL}")
+
+
+def _median(log: RawLog, role: str, g: int, lo: float, hi: float) -> float:
+    sel = (log.gpu == g) & (log.ts >= lo) & (log.ts < hi)
+    return float(np.median(log.values(role)[sel]))
+
+
+@needs_real
+def test_a_slowdown_draws_65_percent_at_unchanged_utilization() -> None:
+    log = RawLog(NANO, NANOGPT)
+    onset = MF.busy_onset(log, 2, 14 * 60.0)
+    before = {g: _median(log, "power.draw", g, onset - 60, onset) for g in (2, 3)}
+    lab = MF.slowdown(log, onset, 2)
+    assert lab.gpus == (2,) and lab.end - lab.onset == 600.0
+    late = (onset + 120, onset + 600)  # after the ramp; the node repeats its minute
+    assert _median(log, "power.draw", 2, *late) == pytest.approx(0.65 * before[2], rel=0.03)
+    assert _median(log, "power.draw", 3, *late) == pytest.approx(before[3], rel=0.03)
+    assert _median(log, "utilization.gpu", 2, *late) >= 98.0
+    # it cools with its power: the rise above its coolest reading shrinks by about 35 %
+    assert _median(log, "temperature.gpu", 2, *late) < _median(
+        log, "temperature.gpu", 2, onset - 60, onset)
+
+
+@needs_real
+def test_a_drift_climbs_half_a_degree_a_minute_on_one_gpu(tmp_path: Path) -> None:
+    one = RawLog(MF.one_gpu(NANO, NANOGPT, 0, tmp_path / "gpu0.csv"), NANOGPT)
+    assert one.gpus() == [0]
+    onset = MF.busy_onset(one, 0, 14 * 60.0)
+    base = _median(one, "temperature.gpu", 0, onset - 60, onset)
+    MF.temp_drift(one, onset, 0)
+    assert _median(one, "temperature.gpu", 0, onset + 350, onset + 370) == \
+        pytest.approx(base + 3.0, abs=1.0)
+    assert MF.size_at("temp_drift", 0.65, 0.5, onset, onset + 360) == "+3.0 C"
+    path = one.write(tmp_path / "drift.csv")
+    assert path.read_text().splitlines()[0] == NANO.read_text().splitlines()[0]
+
+
+@needs_real
+@pytest.mark.slow
+def test_the_injected_section_finds_a_slowdown_and_its_control_is_quiet() -> None:
+    sys.path.insert(0, str(REPO / "bench"))
+    from model_injected import injected
+
+    from watchdog.detect import load_rules
+
+    _, out = injected(REAL, load_rules(None), steps=(30.0,), only="nanoGPT 8-GPU")
+    by = {r.fault: r for r in out}
+    assert set(by) == {"slowdown", "temp_drift", "none (control)"}
+    assert by["slowdown"].outcome == "found" and by["slowdown"].tta is not None
+    assert by["slowdown"].size == "65 % of normal power"
+    assert by["none (control)"].outcome == "control" and by["none (control)"].false == []
