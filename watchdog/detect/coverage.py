@@ -249,6 +249,11 @@ def _columns(metrics: list[str]) -> list[str]:
     return words
 
 
+#: A GPU first judged by the stall rule this long after it was first seen (s: the 90 s of
+#: history it needs and a minute more) went unjudged for a while: the notes say so.
+STALL_HISTORY_SAID_S = 150.0
+
+
 def late(rules: Iterable[Rule], metrics: Iterable[str], devices: Sequence[DeviceInfo],
          learned: dict[str, dict[str, float]]) -> list[Note]:
     """Notes on what the data taught too late or never, per GPU: with no power limit and
@@ -287,8 +292,15 @@ def late(rules: Iterable[Rule], metrics: Iterable[str], devices: Sequence[Device
             for v in learned.values():
                 per[int(v["index"])] = _from(v["work"], v["last"])
         never = sorted(g for g, t in per.items() if math.isinf(t))
-        if not per or ("work_before_idle" in reads and not never):
-            continue  # (the stall rule's wait for history is said only when it mattered)
+        if "work_before_idle" in reads and not never and not any(
+                per[int(v["index"])] > v.get("seen", -math.inf) + STALL_HISTORY_SAID_S
+                for v in learned.values()):
+            # the stall rule's wait for history is said only when it mattered: a GPU that
+            # was first judged well after its first 90 s (it idled, or its log began
+            # with a short burst and then an idle gap that could not be judged)
+            continue
+        if not per:
+            continue
         text = what + (f"; never on GPU {_gpus(never)}" if never else "")
         out.append(Note(r.name, len(never) < len(per), text, tuple(sorted(per.items()))))
     return out

@@ -199,7 +199,7 @@ class Detector:
     def learned_since(self) -> dict[str, dict[str, float]]:
         """Per GPU (by UUID): its ``index``, when its idle and busy power levels and its
         temperature-while-working reference were first known (POSIX s; NaN: never) and
-        its latest sample (``last``), for the coverage notes
+        when it was first seen (``seen``) and its latest sample (``last``), for the coverage notes
         (:func:`watchdog.detect.coverage.late`)."""
         self.flush_ticks()
         lv = self._levels
@@ -207,7 +207,8 @@ class Detector:
         return {g.uuid: {"index": float(g.index), "idle": float(lv.since["idle"][g.slot]),
                          "busy": float(lv.since["busy"][g.slot]),
                          "temp": float(lv.since["temp"][g.slot]),
-                         "work": float(lv.since["work"][g.slot]), "last": g.last_ts}
+                         "work": float(lv.since["work"][g.slot]),
+                         "seen": float(lv.since["seen"][g.slot]), "last": g.last_ts}
                 for g in self._intake.slots}
 
     def load_learned_levels(self, levels: dict[str, dict[str, float | None]]) -> None:
