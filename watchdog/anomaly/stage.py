@@ -12,8 +12,10 @@ through this stage with the same rules for *when* to judge, *whom* to judge and 
   time in live and in replay. A judgement waits until the detector has evaluated its tick
   (live, the detector evaluates healthy ticks a few seconds at a time).
 * **How.** The window's features (:mod:`features`), completed by the model, scored in one
-  call for every GPU, then the :class:`~watchdog.anomaly.runner.Runner`'s persistence
-  (k of n) and words.
+  call for every GPU; then the :class:`~watchdog.anomaly.transitions.Gate` (start-up,
+  warm-up, checkpoints and the recovery after a rule are not judged; a workload change
+  is not a fault: the node re-learns its normal) and the
+  :class:`~watchdog.anomaly.runner.Runner`'s persistence (k of n) and words.
 
 Only the arithmetic that computes the features differs: live computes the last window of
 its ring of readings (:func:`features.last_window`), replay every window of a recording at
@@ -24,6 +26,7 @@ test_anomaly_features.py``), so the incidents are the same (``tests/test_anomaly
 from __future__ import annotations
 
 import itertools
+import logging
 import math
 import time
 from collections import deque
@@ -34,12 +37,14 @@ import numpy as np
 
 from watchdog.anomaly import features as F
 from watchdog.anomaly.runner import EVERY_S, Runner
+from watchdog.anomaly.transitions import Gate
 from watchdog.incident import Incident
 
 # What the stage keeps per tick, in this order: the feature metrics, then the per-GPU
 # ceilings as of that tick (power W, SM and memory clock MHz; see features.ceilings).
 ROW = (*F.METRICS, "_power_ceil", "_sm_ceil", "_mem_ceil")
 ROW_AT = {name: k for k, name in enumerate(ROW)}
+log = logging.getLogger("watchdog.records")
 
 
 class Engagement(Protocol):
@@ -75,6 +80,7 @@ class AnomalyStage:
         self.every_s = every_s
         self.start = start
         self.runner = Runner(model, host) if model is not None else None
+        self.gate = Gate(model)
         self.w = F.window_ticks(interval)
         self.rows: deque[tuple[float, np.ndarray]] = deque(maxlen=F.history_ticks(interval))
         self.uuids: list[str] = []
@@ -90,6 +96,7 @@ class AnomalyStage:
         """A new model (fitted or refitted): incidents in flight stay with the old runner."""
         self.model = model
         self.runner = Runner(model, self.host)
+        self.gate.set_model(model)
 
     def set_host(self, host: str) -> None:
         self.host = host
@@ -193,7 +200,12 @@ class AnomalyStage:
                 scores[ok] = model.scores(flat[ok])
             scores = scores.reshape(stack.shape[:2])
             for (t, uuids, index, f), s in zip(done, scores, strict=True):
-                out += self.runner.step(t, uuids, index, f, engaged.at(t), s)
+                f, s, skip = self.gate.step(t, uuids, f, s, engaged.at(t))
+                out += self.runner.step(t, uuids, index, f, skip, s)
+            for at, line in self.gate.events:
+                log.info("anomaly model at %s: %s", time.strftime(
+                    "%Y-%m-%d %H:%M:%S", time.gmtime(at)), line)
+            self.gate.events.clear()
         self.scored_ms = (time.perf_counter() - t0) * 1000.0
         return out
 

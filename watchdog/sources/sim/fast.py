@@ -234,13 +234,16 @@ def _ecc(node: Any, t: np.ndarray) -> np.ndarray:
     return out
 
 
-def block(src: Any, i0: int, count: int) -> dict[str, np.ndarray] | None:
+def block(src: Any, i0: int, count: int, states: Any = None) -> dict[str, np.ndarray] | None:
     """Readings of ticks ``i0 .. i0 + count - 1`` as ``(K, G)`` arrays per metric name
-    (plus ``ts``), or None where the thermal controller would engage (see module docs)."""
+    (plus ``ts``), or None where the thermal controller would engage (see module docs).
+    ``states(t)``: the GPUs' states at times ``t`` (s since start) as :func:`_states`
+    gives them, for a node that runs something else than one job (a schedule of jobs:
+    :mod:`watchdog.sources.sim.schedule`); default the node's job."""
     m = src.model
     ts = src.start + np.arange(i0, i0 + count, dtype=np.int64).astype(np.float64) * DT
     t = ts - src.start
-    st = _states(src.job, t)
+    st = _states(src.job, t) if states is None else states(t)
     slow = _integrate(src.node, st["power"], st["reasons"], m.temp_max_operating_c - 1.0)
     if slow is None:
         return None

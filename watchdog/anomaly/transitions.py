@@ -1,0 +1,543 @@
+"""This module is long because one gate holds every decision about a window before the
+runner's persistence (transitions, a job's GPUs and checkpoints, node-wide departures,
+re-learning), and they share its per-GPU state: split, each part would need all of it.
+
+Transitions and workload changes: when the model does not judge, and what it re-learns.
+
+The model learns one node's normal work. A real node changes jobs several times a day,
+restarts, sits in checkpoints and warms up after them; none of that is a fault, and the
+scoring stage (:mod:`watchdog.anomaly.stage`) asks this module, window by window, which
+GPUs to judge and against which normal. It sees only what the stage judges (each
+window's features, the model's scores, the GPUs a rule holds), in data-time order, so
+replay and the live agent take the same decisions (``tests/test_anomaly_stage.py``).
+
+**Transitions (grace).** A GPU is not judged:
+
+* after **start-up** (the first window of a GPU) or a warm-up after an **idle gap** of
+  :data:`IDLE_GAP_S` (5 min) or more (no busy window: the job ended, the agent was
+  down, the log has a hole): at least :data:`WARM_MIN_S` and until its temperature has
+  settled (``|temp_slope| <=`` :data:`SETTLED_C_PER_MIN`), at most :data:`GRACE_MAX_S`;
+* for :data:`CKPT_GRACE_S` (60 s) after a shorter idle spell (a checkpoint: the GPU
+  paused or wrote). Fixed, not "until settled", so a fault that starts 10 s after a
+  60 s checkpoint pages within 120 s of its start;
+* for the recovery after a rule's engagement ends (the detector's
+  :class:`~watchdog.detect.engaged.EngagedTimeline`): as after start-up, from
+  :data:`RECOVERY_MIN_S`.
+
+**Workload changes.** A job moves every GPU of the node together; a fault moves one.
+
+* With two or more busy GPUs: when more than half of them score over the threshold in
+  one window (2 of 2, 3 of 4, 5 of 8) nobody is paged for it. Held for
+  :data:`CONSENSUS_WINDOWS` windows in a row, or at once when the departure shows
+  workload evidence (below) on most of them, it is a **workload change**.
+* One busy GPU (a 1-GPU node, or a job on one GPU): its own evidence only. Over the
+  threshold with its memory used moved by more than :data:`MEM_STEP` of the total, its
+  utilization by more than :data:`UTIL_STEP` points, both against its recent normal, or
+  right after an idle gap (a new process), it is a workload change. **A power drop at
+  unchanged utilization and memory is never one**: that GPU is judged (and pages).
+* Before any of that, the known normals are tried (the fitted model's own, and the last
+  ones learned): a node back on a job it ran before (or out of a long checkpoint) is
+  judged against that normal at once, no change declared.
+
+On a workload change the GPUs concerned are not judged while the node settles (as a
+warm-up: :data:`WARM_MIN_S` to :data:`GRACE_MAX_S`), then the model **re-learns** from
+the settled windows' features (up to :data:`SETTLE_WINDOWS` of each GPU, outside any
+grace or checkpoint, at least :data:`MIN_SETTLE_WINDOWS`): the first of
+(1) a known normal, (2) shifting only the features that lie outside the training range
+back to the training median, (3) re-centring every feature of each GPU on the fitted
+median, under which most settled windows score below the threshold, becomes the GPU's
+normal: its feature offsets are subtracted before every later scoring, until the next
+change or refit. Why offsets and not a refit: a refit needs an hour of busy time
+(``model: auto``'s minimum baseline), and a GPU that fails 10 minutes into a new job
+must still page; a shift keeps every relation the forest learned (the peers, each GPU's
+own thermal line) and moves only the levels the new job set. What it cannot see: a
+fault already present while the node settles is learned as that GPU's normal on a 1-GPU
+node (with peers, it still stands out from them). ``workload_changed_at`` and
+``workload_change`` (the reason) go to ``watchdog status``; each change is a log line.
+"""
+
+from __future__ import annotations
+
+import math
+from collections import deque
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from watchdog.anomaly import features as F
+
+IDLE_GAP_S = 300.0  # an idle spell this long (s) ends in a warm-up, a shorter one is a checkpoint
+CKPT_GRACE_S = 60.0  # not judged for this long (s) after a checkpoint-like idle spell
+WARM_MIN_S = 120.0  # start-up, warm-up, workload change: at least this long (s)
+RECOVERY_MIN_S = 60.0  # after a rule's engagement ends: at least this long (s)
+GRACE_MAX_S = 300.0  # and never longer than this (s): the issue's 5 min
+SETTLED_C_PER_MIN = 1.0  # a GPU whose temperature trend is within this (C/min) has settled
+CONSENSUS_WINDOWS = 3  # node-wide departure held this many windows (30 s): a change
+MEM_STEP = 0.05  # memory used moved by more than this fraction of the total: a new job
+UTIL_STEP = 25.0  # utilization moved by more than this many points: a new job
+SETTLE_WINDOWS = 9  # windows of each GPU the re-learning uses (the last 90 s at 10 s)
+MIN_SETTLE_WINDOWS = 3  # steady windows (no grace, no checkpoint) each GPU needs to re-learn
+GIVE_UP_S = 1800.0  # no steady windows this long (s) after a change: keep the old normal
+FIT_FRAC = 0.8  # a normal fits when at least this share of those windows scores below
+KNOWN = 4  # normals remembered (the fitted model's own counts as one)
+# never shifted: each GPU's own thermal line and the drift are physics, not the workload;
+# a healthy GPU without throttle reasons runs at its maximum clock and its HBM at its
+# own clock whatever the job (so a fault there is never learned as a new normal)
+NO_SHIFT = frozenset(("own_temp", "peer_temp_drift", "sm_clock_unexplained", "mem_clock_frac",
+                      "peer_mem_clock"))
+REASONS = frozenset(("frac_locked", "frac_power_cap", "frac_sync_boost", "frac_thermal",
+                     "frac_hw_slowdown"))  # features that are a throttle the rules name
+STAND_OUT = 0.15  # a GPU over the threshold must score this much over its peers' median
+SPIN_FRAC = 0.3  # a working GPU under this fraction of its power limit spins in a collective
+MEMBER_MEM = 0.1  # a GPU holding this fraction of its memory belongs to a job
+REF_ALPHA = 0.1  # weight of a new normal window in a GPU's reference (util, memory)
+
+Normal = dict[str, np.ndarray]  # uuid -> (F,) feature offsets
+
+
+@dataclass
+class _Gpu:
+    """What the gate remembers of one GPU (times in s of data time)."""
+
+    seen: bool = False
+    idle_since: float | None = None  # first not-busy window of the current idle spell
+    grace_from: float | None = None
+    grace_min: float = 0.0
+    grace_fixed: bool = False  # a checkpoint's grace ends at grace_min, settled or not
+    grace_why: str = ""
+    engaged: bool = False
+    after_gap: bool = False  # the current busy spell followed an idle gap (a new process)
+    ref: tuple[float, float] | None = None  # (util %, memory fraction) of its normal
+    moved: int = 0  # windows in a row over the threshold with its own work changed
+    drift_from: float = -math.inf  # its last grace began here: the drift's look-back is stale
+
+
+@dataclass
+class _Relearn:
+    since: float
+    uuids: set[str]
+    why: str
+    windows: dict[str, deque[np.ndarray]] = field(default_factory=dict)
+
+
+class Gate:
+    """Decides, window by window, which GPUs are judged and with which feature offsets.
+
+    :meth:`step` takes one judged window (completed features ``(G, F)``, the model's
+    raw scores ``(G,)``, the GPUs a rule holds) and returns the features and scores to
+    judge with and the GPUs not to judge."""
+
+    def __init__(self, model: Any) -> None:
+        self.model = model
+        self.gpus: dict[str, _Gpu] = {}
+        self.normals: list[Normal] = [{}]  # the fitted model's own first
+        self.current: Normal = {}
+        self.relearn: _Relearn | None = None
+        self.consensus = 0  # windows in a row with a node-wide departure
+        self.last_t: float | None = None
+        self._members: frozenset[str] = frozenset()
+        self._drift_from = -math.inf  # the job's GPUs changed here
+        self.workload_changed_at: float | None = None
+        self.workload_change: str | None = None
+        self.events: list[tuple[float, str]] = []  # (t, line): for the log
+
+    def set_model(self, model: Any) -> None:
+        """A refit: learned normals were offsets against the old model, so they go."""
+        self.model = model
+        self.normals, self.current, self.relearn = [{}], {}, None
+
+    # --- one window ------------------------------------------------------------------
+    def step(self, t: float, uuids: Sequence[str], feats: np.ndarray, scores: np.ndarray,
+             engaged: set[str] | frozenset[str]
+             ) -> tuple[np.ndarray, np.ndarray, set[str]]:
+        """``(feats, scores, skip)``: the window to judge (offsets applied), its scores,
+        and the GPUs not to judge at ``t`` (a rule holds them, a grace or a re-learning
+        runs, or the node departs together)."""
+        busy = F.valid_rows(feats[None])[0]
+        gap = self.last_t is not None and t - self.last_t >= IDLE_GAP_S
+        self.last_t = t
+        skip: set[str] = set(engaged)
+        for g, u in enumerate(uuids):
+            self._transitions(t, u, bool(busy[g]), u in engaged, gap)
+        raw, scores, pausing = self._adjust(t, uuids, feats, scores, busy)
+        skip |= pausing
+        feats, scores = self._apply(uuids, raw, scores, self.current)
+        thr = self.model.threshold
+        judged = [g for g, u in enumerate(uuids) if busy[g] and u not in engaged]
+        for g in judged:
+            if self._in_grace(t, uuids[g], raw[g]):
+                skip.add(uuids[g])
+        if self.relearn is not None:
+            steady = [g for g in judged if uuids[g] not in skip]  # no grace, no checkpoint
+            settling = self.relearn.uuids
+            skip |= settling
+            self._collect(t, uuids, raw, steady)
+            judged = [g for g in judged if uuids[g] not in settling]
+        above = [g for g in judged if scores[g] > thr]
+        if len(judged) >= 2 and 2 * len(above) > len(judged):
+            feats, scores, skip = self._node_departs(t, uuids, raw, feats, scores, judged,
+                                                     skip)
+        elif len(above) >= 2 and 3 * len(above) >= len(judged):
+            self.consensus = 0  # a third of the node moves: unsettled, nobody judged
+            skip |= {uuids[g] for g in judged}
+        else:
+            self.consensus = 0
+            if above:
+                alt = self._known(uuids, raw, above)
+                if alt is not None:
+                    feats, scores = alt
+                    above = [g for g in above if scores[g] > thr]
+            skip |= self._moved(t, uuids, raw, above, solo=len(judged) == 1)
+            skip |= self._not_alone(uuids, scores, judged, above)
+            skip |= self._throttled(uuids, feats, above)
+        for g, u in enumerate(uuids):
+            if g not in above:
+                self.gpus[u].moved = 0
+        for g in judged:
+            if uuids[g] not in skip and not scores[g] > thr:
+                self._remember(uuids[g], raw[g])
+        return self._for_runner(feats, raw), scores, skip
+
+    def _adjust(self, t: float, uuids: Sequence[str], feats: np.ndarray,
+                scores: np.ndarray, busy: np.ndarray
+                ) -> tuple[np.ndarray, np.ndarray, set[str]]:
+        """The window as the model should see it, its scores, and the GPUs of a job in a
+        checkpoint.
+
+        * **Peers among the job's GPUs.** :mod:`features` compares a GPU with the median
+          of every GPU of the node: right while one job holds them all (what the model
+          is fitted on), wrong for a job on 4 of 8 GPUs, whose median falls between the
+          working and the unused ones. A GPU belongs to the job when it works or holds
+          memory (:data:`MEMBER_MEM`); when some GPUs do not, the peer features are taken
+          again against the median of the members at work (0 with fewer than two, as on
+          a 1-GPU node), and ``peer_util_drops`` and ``peer_temp_drift`` (against the
+          whole node's median, unused GPUs included) read as normal (NaN).
+        * **A job in a checkpoint.** A member that holds its memory but does not work
+          (rank 0 writing, every rank paused) while others work, or most working members
+          under :data:`SPIN_FRAC` of their power (spinning in a collective while a
+          writer on another node finishes): the job waits, and no member is judged
+          until it is back (then the checkpoint's grace). A hang is the rules' to name
+          (``comm_hang``, ``stall``); on a 1-GPU node there is no collective to wait in,
+          and a power drop there is judged.
+        * **Drift with a history.** ``peer_temp_drift`` looks back 10 min: it reads as
+          normal (NaN) for that long after the job's GPUs changed or the GPU's grace
+          began (a warm-up, a new job), when the look-back compares with other work."""
+        mem = feats[:, F.INDEX["mem_ratio"]]
+        with np.errstate(invalid="ignore"):
+            member = busy | (mem >= MEMBER_MEM)
+        members = frozenset(u for u, m in zip(uuids, member, strict=True) if m)
+        if members != self._members:
+            self._members = members
+            self._drift_from = t
+        out = feats
+        pausing: set[str] = set()
+        if member.any() and not member.all():
+            out = feats.copy()
+            ref = member & busy
+            for name, base in F.PEERS.items():
+                x = out[:, F.INDEX[base]]
+                if ref.sum() < 2:
+                    out[member, F.INDEX[name]] = np.where(np.isnan(x[member]), np.nan, 0.0)
+                else:
+                    with F._quiet():
+                        out[member, F.INDEX[name]] = x[member] - np.nanmedian(x[ref])
+                out[~member, F.INDEX[name]] = np.nan
+            out[:, F.INDEX["peer_util_drops"]] = np.nan
+            out[:, F.INDEX["peer_temp_drift"]] = np.nan
+        pf = feats[:, F.INDEX["power_frac"]]
+        with np.errstate(invalid="ignore"):
+            spin = busy & (pf < SPIN_FRAC)
+        if len(uuids) > 1 and (((member & ~busy).any() and (member & busy).any())
+                               or 2 * spin.sum() > max(1, (member & busy).sum())):
+            pausing = set(members)
+            for u in members:
+                self.gpus[u].idle_since = self.gpus[u].idle_since or t
+        lookback = F.LOOKBACK_S + F.WINDOW_S
+        stale = [g for g, u in enumerate(uuids)
+                 if t - max(self._drift_from, self.gpus[u].drift_from) < lookback]
+        if stale:
+            out = out.copy() if out is feats else out
+            out[stale, F.INDEX["peer_temp_drift"]] = np.nan
+        if out is feats:
+            return feats, scores, pausing
+        return out, self._score(out, busy), pausing
+
+    @staticmethod
+    def _for_runner(feats: np.ndarray, raw: np.ndarray) -> np.ndarray:
+        """The features the runner explains: shifted, but with the GPU's own utilization
+        (the runner judges only a GPU at work, by its real utilization)."""
+        if feats is raw:
+            return raw
+        out = feats.copy()
+        k = F.INDEX["util_mean"]
+        out[:, k] = raw[:, k]
+        return out
+
+    # --- transitions -----------------------------------------------------------------
+    def _transitions(self, t: float, u: str, busy: bool, engaged: bool, gap: bool) -> None:
+        st = self.gpus.setdefault(u, _Gpu())
+        if gap and st.idle_since is None:  # the data stopped: an idle spell since then
+            st.idle_since = t - IDLE_GAP_S
+        if engaged:
+            st.engaged = True
+            return
+        if st.engaged:
+            st.engaged = False
+            if busy:
+                self._grace(st, t, RECOVERY_MIN_S, "recovery after a rule's incident")
+        if not busy:
+            if st.idle_since is None:
+                st.idle_since = t
+            return
+        if not st.seen:
+            st.seen = True
+            st.after_gap = True
+            self._grace(st, t, WARM_MIN_S, "start-up")
+        elif st.idle_since is not None:
+            if t - st.idle_since >= IDLE_GAP_S:
+                st.after_gap = True
+                self._grace(st, t, WARM_MIN_S, "warm-up after an idle gap")
+            else:
+                self._grace(st, t, CKPT_GRACE_S, "after a checkpoint", fixed=True)
+        st.idle_since = None
+
+    @staticmethod
+    def _grace(st: _Gpu, t: float, minimum: float, why: str, fixed: bool = False) -> None:
+        st.grace_from, st.grace_min, st.grace_fixed, st.grace_why = t, minimum, fixed, why
+        if not fixed:
+            st.drift_from = t
+
+    def _in_grace(self, t: float, u: str, row: np.ndarray) -> bool:
+        st = self.gpus[u]
+        if st.grace_from is None:
+            return False
+        age = t - st.grace_from
+        slope = row[F.INDEX["temp_slope"]]
+        settled = math.isnan(slope) or abs(slope) <= SETTLED_C_PER_MIN
+        if age < st.grace_min or (not st.grace_fixed and not settled and age < GRACE_MAX_S):
+            return True
+        st.grace_from = None
+        return False
+
+    # --- departures ------------------------------------------------------------------
+    def _node_departs(self, t: float, uuids: Sequence[str], raw: np.ndarray,
+                      feats: np.ndarray, scores: np.ndarray, judged: list[int],
+                      skip: set[str]) -> tuple[np.ndarray, np.ndarray, set[str]]:
+        """More than half the busy GPUs over the threshold together: the workload."""
+        alt = self._known(uuids, raw, judged)
+        if alt is not None:
+            return alt[0], alt[1], skip
+        self.consensus += 1
+        skip |= {uuids[g] for g in judged}
+        evidence = [g for g in judged if self._evidence(uuids[g], raw[g])]
+        if self.consensus >= CONSENSUS_WINDOWS:
+            why = (self._why(uuids[evidence[0]], raw[evidence[0]]) if evidence else
+                   "most busy GPUs left their normal together")
+            self._change(t, {uuids[g] for g in judged}, f"{why} ({len(judged)} busy GPUs)")
+        return feats, scores, skip
+
+    def _moved(self, t: float, uuids: Sequence[str], raw: np.ndarray, above: list[int],
+               solo: bool = False) -> set[str]:
+        """GPUs over the threshold whose own work changed (memory used or utilization
+        moved, a new process after a gap): a job started on them, not a fault; held
+        :data:`CONSENSUS_WINDOWS` windows (the way into a checkpoint passes), it is a
+        workload change of those GPUs. One GPU, the only one at work or one of many:
+        a power drop at unchanged utilization and memory is judged."""
+        out = set()
+        for g in above:
+            st = self.gpus[uuids[g]]
+            if not self._evidence(uuids[g], raw[g], alone=len(raw) == 1 or solo):
+                st.moved = 0
+                continue
+            out.add(uuids[g])
+            st.moved += 1
+            if st.moved >= CONSENSUS_WINDOWS:
+                st.moved = 0
+                self._change(t, {uuids[g]}, self._why(uuids[g], raw[g]) + f" (GPU {g})")
+        return out
+
+    @staticmethod
+    def _not_alone(uuids: Sequence[str], scores: np.ndarray, judged: list[int],
+                   above: list[int]) -> set[str]:
+        """GPUs over the threshold that do not stand out from the others at work (their
+        score less than :data:`STAND_OUT` over the others' median): the node is moving
+        as a whole (a long checkpoint, a new phase), each GPU crossing at its own
+        moment; a fault lifts one GPU's score well clear of its peers'."""
+        out = set()
+        for g in above:
+            others = [scores[h] for h in judged if h != g and not np.isnan(scores[h])]
+            if others and scores[g] - float(np.median(others)) < STAND_OUT:
+                out.add(uuids[g])
+        return out
+
+    def _throttled(self, uuids: Sequence[str], feats: np.ndarray, above: list[int]
+                   ) -> set[str]:
+        """GPUs over the threshold because of a clock-event reason the model never saw
+        (furthest outside the training range: time at the power cap, in thermal or HW
+        slowdown, locked clocks): a named throttle, which the rules judge
+        (``rules/throttle.yaml``), not an unnamed fault."""
+        if self.model.lo is None or self.model.hi is None or self.model.unit is None:
+            return set()
+        out = set()
+        for g in above:
+            x = np.where(np.isnan(feats[g]), self.model.fill, feats[g])
+            over = np.maximum(self.model.lo - x, x - self.model.hi) / self.model.unit
+            k = int(np.argmax(over))
+            if over[k] > 0 and F.FEATURES[k] in REASONS:
+                out.add(uuids[g])
+        return out
+
+    def _evidence(self, u: str, row: np.ndarray, alone: bool = False) -> bool:
+        """Whether the GPU's work changed, not only its power: memory used or utilization
+        moved against its normal, or (``alone``: the only GPU at work, no peers to
+        compare with) it runs a process that started after an idle gap. A GPU that
+        started with its peers is judged against them instead: a fault present from its
+        first minutes stands out there."""
+        st = self.gpus[u]
+        if st.ref is None:
+            return st.after_gap and alone
+        util, mem = row[F.INDEX["util_mean"]], row[F.INDEX["mem_ratio"]]
+        return bool(abs(mem - st.ref[1]) > MEM_STEP or abs(util - st.ref[0]) > UTIL_STEP
+                    or (st.after_gap and alone))
+
+    def _why(self, u: str, row: np.ndarray) -> str:
+        st = self.gpus[u]
+        util, mem = row[F.INDEX["util_mean"]], row[F.INDEX["mem_ratio"]]
+        if st.ref is not None and abs(mem - st.ref[1]) > MEM_STEP:
+            return f"memory used {st.ref[1]:.0%} -> {mem:.0%}"
+        if st.ref is not None and abs(util - st.ref[0]) > UTIL_STEP:
+            return f"utilization {st.ref[0]:.0f}% -> {util:.0f}%"
+        if st.after_gap:
+            return "new work after an idle gap"
+        return "most busy GPUs left their normal together"
+
+    def _remember(self, u: str, row: np.ndarray) -> None:
+        """A judged, normal window: the GPU's reference (util, memory) follows it."""
+        st = self.gpus[u]
+        util, mem = float(row[F.INDEX["util_mean"]]), float(row[F.INDEX["mem_ratio"]])
+        if math.isnan(util) or math.isnan(mem):
+            return
+        st.after_gap = False
+        if st.ref is None:
+            st.ref = (util, mem)
+        else:
+            a = REF_ALPHA
+            st.ref = ((1 - a) * st.ref[0] + a * util, (1 - a) * st.ref[1] + a * mem)
+
+    def _known(self, uuids: Sequence[str], raw: np.ndarray, judged: list[int]
+               ) -> tuple[np.ndarray, np.ndarray] | None:
+        """Scores under another known normal when most of ``judged`` fall below there."""
+        for normal in self.normals:
+            if normal is self.current:
+                continue
+            f2, s2 = self._apply(uuids, raw, None, normal)
+            below = sum(1 for g in judged if not s2[g] > self.model.threshold)
+            if 2 * below > len(judged) or (len(judged) == 1 and below == 1):
+                self.current = normal
+                return f2, s2
+        return None
+
+    def _change(self, t: float, gpus: set[str], why: str) -> None:
+        self.workload_changed_at, self.workload_change = t, why
+        if self.relearn is not None:  # another change while one settles: both, from now
+            gpus = gpus | self.relearn.uuids
+        self.relearn = _Relearn(t, gpus, why)
+        for u in gpus:
+            self.gpus[u].drift_from = t
+        self.consensus = 0
+        self.events.append((t, f"the workload changed: {why}; not judged while it settles "
+                               f"({WARM_MIN_S:.0f}-{GRACE_MAX_S:.0f} s), then judged "
+                               "against its new normal"))
+
+    # --- re-learning -----------------------------------------------------------------
+    def _collect(self, t: float, uuids: Sequence[str], raw: np.ndarray,
+                 judged: list[int]) -> None:
+        rl = self.relearn
+        assert rl is not None
+        slopes = []
+        for g in judged:
+            if uuids[g] in rl.uuids:
+                rl.windows.setdefault(uuids[g], deque(maxlen=SETTLE_WINDOWS)).append(raw[g])
+                slopes.append(abs(raw[g][F.INDEX["temp_slope"]]))
+        age = t - rl.since
+        settled = not slopes or np.nanmedian(slopes) <= SETTLED_C_PER_MIN
+        if age < WARM_MIN_S or (not settled and age < GRACE_MAX_S):
+            return
+        if min((len(w) for w in rl.windows.values()), default=0) < MIN_SETTLE_WINDOWS:
+            if age >= GIVE_UP_S:  # the GPUs went idle: nothing to learn, the old normal
+                self.relearn = None
+            return
+        self._learn(t, rl)
+
+    def _learn(self, t: float, rl: _Relearn) -> None:
+        rows = {u: np.stack(list(w)) for u, w in rl.windows.items()}
+        lo, hi = self.model.lo, self.model.hi
+        fill = self.model.fill
+        shift: Normal = {}
+        centre: Normal = {}
+        keep = np.array([f in NO_SHIFT for f in F.FEATURES])
+        for u, x in rows.items():
+            with F._quiet():
+                med = np.nanmedian(x, axis=0)
+            med = np.where(np.isnan(med) | keep, fill, med)
+            centre[u] = med - fill
+            if lo is not None and hi is not None:
+                shift[u] = np.where(((med < lo) | (med > hi)) & ~keep, med - fill, 0.0)
+        merged = [({**n, **{u: n.get(u, np.zeros_like(fill)) for u in rows}}, "a known normal")
+                  for n in self.normals]
+        cands = [*merged, ({**self.current, **shift}, "levels outside the training range "
+                                                      "moved back")]
+        chosen, how = None, ""
+        for normal, label in cands:
+            if self._fits(rows, normal):
+                chosen, how = normal, label
+                break
+        if chosen is None:  # the new job's levels lie inside the range: shift those
+            chosen, how = cands[-1][0], "levels outside the training range moved back " \
+                "(its settled windows still score high: the node stays unsettled)"
+        self.current = chosen
+        for u, x in rows.items():  # the new job's utilization and memory are its normal
+            with F._quiet():
+                med = np.nanmedian(x, axis=0)
+            st = self.gpus[u]
+            st.ref = (float(med[F.INDEX["util_mean"]]), float(med[F.INDEX["mem_ratio"]]))
+            st.after_gap = False
+        if not any(chosen is n for n in self.normals):
+            self.normals = [self.normals[0], chosen, *self.normals[1:]][:KNOWN]
+        self.relearn = None
+        self.events.append((t, f"the model judges the new workload from now: {how}"))
+
+    def _fits(self, rows: dict[str, np.ndarray], normal: Normal) -> bool:
+        for u, x in rows.items():
+            off = normal.get(u)
+            s = self._score(x - off if off is not None else x, F.valid_rows(x[None])[0])
+            if np.mean(~(s > self.model.threshold)) < FIT_FRAC:
+                return False
+        return True
+
+    # --- offsets ---------------------------------------------------------------------
+    def _score(self, x: np.ndarray, ok: np.ndarray) -> np.ndarray:
+        """Scores of rows ``x`` (N, F) where ``ok`` (the raw windows' busy mask)."""
+        s = np.full(len(x), np.nan)
+        if ok.any():
+            s[ok] = self.model.scores(x[ok])
+        return s
+
+    def _apply(self, uuids: Sequence[str], raw: np.ndarray, scores: np.ndarray | None,
+               normal: Normal) -> tuple[np.ndarray, np.ndarray]:
+        """``raw`` less ``normal``'s offsets, and its scores (``scores``: those of ``raw``,
+        kept when no offset applies)."""
+        ok = F.valid_rows(raw[None])[0]
+        if not normal or not any(u in normal for u in uuids):
+            return raw, scores if scores is not None else self._score(raw, ok)
+        off = np.stack([normal.get(u, np.zeros(raw.shape[1])) for u in uuids])
+        shifted = raw - off
+        return shifted, self._score(shifted, ok)
+
+    def status(self) -> dict[str, Any]:
+        """For ``watchdog status``: the last workload change (data time) and its reason."""
+        return {"workload_changed_at": self.workload_changed_at,
+                "workload_change": self.workload_change,
+                "relearning": self.relearn is not None}
