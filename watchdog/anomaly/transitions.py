@@ -510,10 +510,24 @@ class Gate:
         self.events.append((t, f"the model judges the new workload from now: {how}"))
 
     def _fits(self, rows: dict[str, np.ndarray], normal: Normal) -> bool:
+        """Whether every GPU's settled windows, less ``normal``'s offsets, look like the
+        training: their median inside the training range (the features that may shift)
+        and at least :data:`FIT_FRAC` of them scoring under the fit's in-sample quantile
+        (not merely under the threshold, which a level just outside the range can pass
+        and the job's next phase then cross)."""
+        lo, hi = self.model.lo, self.model.hi
+        q = float(self.model.calibration.get("in_sample_q", self.model.threshold))
+        may = np.array([f not in NO_SHIFT for f in F.FEATURES])
         for u, x in rows.items():
             off = normal.get(u)
-            s = self._score(x - off if off is not None else x, F.valid_rows(x[None])[0])
-            if np.mean(~(s > self.model.threshold)) < FIT_FRAC:
+            y = x - off if off is not None else x
+            if lo is not None and hi is not None:
+                with F._quiet():
+                    med = np.nanmedian(y, axis=0)
+                if (((med < lo) | (med > hi)) & may & ~np.isnan(med)).any():
+                    return False
+            s = self._score(y, F.valid_rows(x[None])[0])
+            if np.mean(s <= q) < FIT_FRAC:
                 return False
         return True
 
