@@ -1,7 +1,7 @@
 """The fault injector (watchdog.testing.inject, rawlog) on a small log of its own: a copy
 reads back as the original, faults keep the log's format and land where labelled, and
 columns are removed, derived and thinned as asked. (The real logs are in
-tests/test_real_logs_recall.py.)"""
+tests/test_real_recall.py.)"""
 
 from __future__ import annotations
 
