@@ -1,0 +1,219 @@
+"""A workload change is not a fault, transitions are not faults (issue 19), through the
+one scoring stage (:class:`~watchdog.anomaly.stage.AnomalyStage`) and its gate
+(:mod:`watchdog.anomaly.transitions`).
+
+The job changes are the simulator's schedule of jobs (``sources/sim/schedule.py``: a new
+model size, memory, precision after an idle spell or an inference server); the faults
+are written into the simulated frame on one GPU (the readings a failing GPU would give),
+so the same healthy node is judged with and without them."""
+
+from __future__ import annotations
+
+import functools
+from typing import Any
+
+import numpy as np
+import pandas as pd
+import pytest
+from anomaly_helpers import healthy_model, sim_grid
+
+from watchdog.anomaly import features as F
+from watchdog.anomaly import transitions as T
+from watchdog.anomaly.offline import fit_grid
+from watchdog.anomaly.stage import NEVER, AnomalyStage
+from watchdog.sources.sim.schedule import Schedule, simulate_schedule
+
+FIT_H = 2.0
+
+
+@functools.cache
+def _node(gpus: int, gm: str, seed: int) -> tuple[pd.DataFrame, float, float]:
+    """A scheduled node's frame up to 35 min after its first job change that uses every
+    GPU, the change's time (epoch s) and the frame's start."""
+    _src, sched, _ = simulate_schedule(gpus, gm, seed, 30.0)  # frames not drawn
+    change = next(c for c in sched.changes() if sched.at(c).job.k == gpus)
+    _, _, frames = simulate_schedule(gpus, gm, seed, change / 3600 + 35 / 60)
+    frame = pd.concat(list(frames), ignore_index=True)
+    t0 = float(frame["ts"].min())
+    return frame, t0 + change, t0
+
+
+def _judge(frame: pd.DataFrame, t0: float) -> tuple[list[Any], AnomalyStage]:
+    g = F.grid_from_frame(frame)
+    feats = F.compute(g)
+    cut = t0 + FIT_H * 3600
+    model, _ = fit_grid(g, [], "sim", until=cut, feats=feats)
+    stage = AnomalyStage(model, "node", g.step, start=cut)
+    stage.add_grid(g, feats)
+    stage.judge(NEVER)
+    return stage.incidents, stage
+
+
+CASES = [(8, "h100-sxm", 3), (4, "a100-pcie", 3), (1, "a100-pcie", 6)]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(("gpus", "gm", "seed"), CASES)
+def test_a_job_change_does_not_page_and_a_fault_after_it_does(gpus: int, gm: str,
+                                                              seed: int) -> None:
+    frame, change, t0 = _node(gpus, gm, seed)
+    assert change - t0 > FIT_H * 3600  # the model knows only the job before
+    quiet, stage = _judge(frame, t0)
+    assert quiet == [], [i.summary for i in quiet]
+    if gpus > 1:  # the new job left the old normal together: a workload change, said
+        assert stage.gate.workload_changed_at is not None
+    if stage.gate.workload_changed_at is not None:  # (a 1-GPU job may fit the old one)
+        assert stage.gate.workload_changed_at >= change
+    # the HBM of the last GPU slows to 80 % of its clock 12 min into the new job
+    onset = change + 12 * 60
+    bad = frame.copy()
+    hit = (bad["index"] == gpus - 1) & (bad["ts"] >= onset)
+    bad.loc[hit, "clocks.mem"] *= 0.8
+    found, _ = _judge(bad, t0)
+    assert [i.gpus for i in found] == [[str(gpus - 1)]], [i.summary for i in found]
+    assert onset <= found[0].fired_at <= onset + 300
+
+
+@pytest.mark.slow
+def test_a_power_drop_at_unchanged_work_after_a_job_change_pages_on_a_full_node() -> None:
+    """Power at 65 % of its own at the same utilization and memory: the slowdown, never
+    a job change."""
+    frame, change, t0 = _node(8, "h100-sxm", 3)
+    onset = change + 12 * 60
+    bad = frame.copy()
+    hit = (bad["index"] == 7) & (bad["ts"] >= onset)
+    bad.loc[hit, "power.draw"] *= 0.65
+    found, _ = _judge(bad, t0)
+    assert [i.gpus for i in found] == [["7"]]
+    assert found[0].fired_at - onset <= 180
+
+
+def test_the_schedule_changes_jobs_every_few_hours() -> None:
+    from watchdog.sources.sim.source import SimSource
+
+    src = SimSource.from_spec("sim:healthy", gpus=8, model="h100-sxm", seed=1, start=0.0)
+    sched = Schedule(src.job, 1, 168.0)
+    jobs = [s for s in sched.segments if s.kind == "job"]
+    lengths = [(s.end_s - s.start_s) / 3600 for s in jobs]
+    assert 20 <= len(jobs) <= 90 and min(lengths) >= 2.0 and max(lengths) <= 8.0
+    assert {len(s.gpus) for s in jobs} >= {8, 4}  # the whole node and half of it
+    assert {s.kind for s in sched.segments} == {"job", "idle", "inference"}
+    holds = {round(s.job.hold_frac[0], 2) for s in jobs}
+    assert len(holds) > 10  # each job holds its own memory
+
+
+# --- transitions, window by window on the gate ------------------------------------------
+@functools.cache
+def _steady() -> tuple[Any, list[str], np.ndarray]:
+    """The 4-GPU healthy model and one steady training window's features ``(G, F)``."""
+    model = healthy_model()
+    g, feats = sim_grid("sim:healthy", 60.0, seed=1)
+    k = int(np.argmin(np.abs(g.t - (g.t[0] + 40 * 60))))
+    row = model.complete(feats[k], g.uuids)
+    return model, list(g.uuids), row
+
+
+def _walk(gate: T.Gate, windows: list[tuple[float, np.ndarray, set[str]]]
+          ) -> list[set[str]]:
+    """Each window through the gate; the GPUs it does not judge at each."""
+    out = []
+    for t, row, engaged in windows:
+        s = gate.model.scores(np.where(np.isnan(row), gate.model.fill, row))
+        s[~F.valid_rows(row[None])[0]] = np.nan
+        _f, _s, skip = gate.step(t, _steady()[1], row, s, engaged)
+        out.append(skip)
+    return out
+
+
+def _idle(row: np.ndarray, gpus: list[int]) -> np.ndarray:
+    out = row.copy()
+    out[gpus, F.INDEX["util_mean"]] = 0.0
+    return out
+
+
+def _skipped_for(skips: list[set[str]], times: list[float], uuid: str, since: float
+                 ) -> float:
+    """Seconds from ``since`` to the first window at which ``uuid`` is judged again."""
+    for t, skip in zip(times, skips, strict=True):
+        if t >= since and uuid not in skip:
+            return t - since
+    return float("inf")
+
+
+def test_start_up_is_not_judged_for_two_minutes_and_at_most_five() -> None:
+    model, uuids, row = _steady()
+    times = [1000.0 + 10 * k for k in range(40)]
+    skips = _walk(T.Gate(model), [(t, row, set()) for t in times])
+    wait = _skipped_for(skips, times, uuids[0], times[0])
+    assert T.WARM_MIN_S <= wait <= T.GRACE_MAX_S
+
+
+def test_a_warm_up_after_an_idle_gap_and_a_checkpoint_get_their_grace() -> None:
+    model, uuids, row = _steady()
+    gate = T.Gate(model)
+    times = [1000.0 + 10 * k for k in range(200)]
+    idle_gap = (1400.0, 1400.0 + 400)  # 400 s idle: a warm-up
+    ckpt = (2400.0, 2460.0)  # 60 s idle: a checkpoint
+    windows = []
+    for t in times:
+        paused = idle_gap[0] <= t < idle_gap[1] or ckpt[0] <= t < ckpt[1]
+        windows.append((t, _idle(row, [0, 1, 2, 3]) if paused else row, set()))
+    skips = _walk(gate, windows)
+    after_gap = _skipped_for(skips, times, uuids[2], idle_gap[1])
+    assert T.WARM_MIN_S <= after_gap <= T.GRACE_MAX_S
+    assert _skipped_for(skips, times, uuids[2], ckpt[1]) == T.CKPT_GRACE_S
+    assert not any(u in skips[times.index(2300.0)] for u in uuids)  # judged in between
+
+
+def test_the_recovery_after_a_rule_incident_is_not_judged() -> None:
+    model, uuids, row = _steady()
+    times = [1000.0 + 10 * k for k in range(120)]
+    held = (1500.0, 1700.0)  # a rule pending or firing on GPU 1
+    windows = [(t, row, {uuids[1]} if held[0] <= t < held[1] else set()) for t in times]
+    skips = _walk(T.Gate(model), windows)
+    assert all(uuids[1] in skips[times.index(t)] for t in times if held[0] <= t < held[1])
+    wait = _skipped_for(skips, times, uuids[1], held[1])
+    assert T.RECOVERY_MIN_S <= wait <= T.GRACE_MAX_S
+    assert uuids[0] not in skips[times.index(1600.0)]  # its peers judged meanwhile
+
+
+def test_a_job_that_waits_in_a_checkpoint_is_not_judged() -> None:
+    """Rank 0 writes (holds memory, does not work): the others spin waiting for it."""
+    model, uuids, row = _steady()
+    times = [1000.0 + 10 * k for k in range(60)]
+    writes = (1300.0, 1400.0)
+    windows = [(t, _idle(row, [0]) if writes[0] <= t < writes[1] else row, set())
+               for t in times]
+    skips = _walk(T.Gate(model), windows)
+    assert set(uuids) <= skips[times.index(1350.0)]
+    for u in uuids:  # the writer and the ranks that waited: the first minute after it
+        assert _skipped_for(skips, times, u, writes[1]) == T.CKPT_GRACE_S
+
+
+@pytest.mark.slow
+def test_a_fault_ten_seconds_after_a_one_minute_checkpoint_pages_within_two_minutes() -> None:
+    """Every GPU pauses for 60 s (a checkpoint, as the simulator writes one: 0 %
+    utilization, idle power and clocks, memory held); 10 s after it ends GPU 3's HBM
+    slows to 80 % of its clock."""
+    model = healthy_model()
+    from watchdog.sources.sim.frames import simulate
+
+    rec, _ = simulate("sim:healthy", duration=80 * 60.0, gpus=4, seed=1)
+    frame = rec.frame.copy()
+    t0 = float(frame["ts"].min())
+    pause = (t0 + 65 * 60 + 5, t0 + 66 * 60 + 5)  # the simulated job's own: 54-56, 71-73 min
+    onset = pause[1] + 10
+    p = (frame["ts"] >= pause[0]) & (frame["ts"] < pause[1])
+    frame.loc[p, "utilization.gpu"] = 0.0
+    frame.loc[p, "power.draw"] = 90.0
+    frame.loc[p, "clocks.sm"] = 345.0
+    f = (frame["index"] == 3) & (frame["ts"] >= onset)
+    frame.loc[f, "clocks.mem"] *= 0.8
+    grid = F.grid_from_frame(frame)
+    stage = AnomalyStage(model, "node", grid.step, start=t0 + 60 * 60)
+    stage.add_grid(grid)
+    stage.judge(NEVER)
+    hits = [i for i in stage.incidents if i.gpus == ["3"] and i.fired_at >= onset]
+    assert hits, [i.summary for i in stage.incidents]
+    assert hits[0].fired_at - onset <= 120
+    assert all(i.gpus == ["3"] for i in stage.incidents)
