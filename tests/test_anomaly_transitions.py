@@ -217,3 +217,32 @@ def test_a_fault_ten_seconds_after_a_one_minute_checkpoint_pages_within_two_minu
     assert hits, [i.summary for i in stage.incidents]
     assert hits[0].fired_at - onset <= 120
     assert all(i.gpus == ["3"] for i in stage.incidents)
+
+
+@pytest.mark.slow
+def test_status_says_when_the_workload_changed(tmp_path: Any) -> None:
+    """``watchdog status``'s model line names the last workload change the live hook's
+    stage saw (the 8-GPU node's change of job), from the daemon's own status block."""
+    from watchdog.anomaly import persist
+    from watchdog.anomaly.auto import DaemonModel, ModelSettings
+    from watchdog.records import Sample
+    from watchdog.service.status import _model_line
+
+    frame, change, t0 = _node(8, "h100-sxm", 3)
+    g = F.grid_from_frame(frame)
+    model, _ = fit_grid(g, [], "NVIDIA H100 80GB HBM3", until=t0 + FIT_H * 3600)
+    path = tmp_path / "m.wdm"
+    persist.save(model, path)
+    hook = DaemonModel(ModelSettings(str(path)), tmp_path / "state.wdm", "node", 1.0,
+                       gpu_model=lambda: "NVIDIA H100 80GB HBM3")
+    live = frame[frame["ts"] >= change - 15 * 60]
+    metrics = [m for m in F.METRICS if m in live]
+    for ts, rows in live.groupby("ts", sort=True):
+        samples = [Sample(ts=float(ts), uuid=str(r["uuid"]), index=int(r["index"]),
+                          values={m: float(r[m]) for m in metrics})
+                   for _, r in rows.iterrows()]
+        assert hook(float(ts), samples, NEVER) == []  # no page
+    doc = hook.status()
+    assert doc["workload_changed_at"] is not None and doc["workload_changed_at"] >= change
+    line = _model_line(doc)
+    assert "workload changed at " in line and doc["workload_change"] in line

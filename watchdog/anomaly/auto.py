@@ -277,4 +277,5 @@ class DaemonModel:
                 "coarse": self.coarse,
                 "last_score_max": None if self.stage.runner is None
                 else self.stage.runner.last_max,
-                "score_ms": round(self.stage.scored_ms, 3), "error": self.error}
+                "score_ms": round(self.stage.scored_ms, 3), "error": self.error,
+                **self.stage.gate.status()}

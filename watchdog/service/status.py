@@ -133,6 +133,10 @@ def _model_line(md: dict[str, Any]) -> str:
         head += f" (coarse: refits after another {md.get('need_min')} busy minutes)"
     if md.get("last_score_max") is not None:
         head += f" · last score max {md['last_score_max']:.3f}"
+    if md.get("workload_changed_at") is not None:
+        head += (f" · workload changed at {_t(md['workload_changed_at'])}: "
+                 f"{md.get('workload_change')}"
+                 + (" (re-learning its normal)" if md.get("relearning") else ""))
     if md.get("error"):
         head += f" · {md['error']}"
     return head
