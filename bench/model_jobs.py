@@ -84,12 +84,143 @@ def jobs(seeds: list[int], hours: float, fit_h: float) -> bool:
     return ok
 
 
+FAULTS = ("power_mismatch", "slow_no_reason", "temp_drift", "hbm_sag", "bursty_util")
+EXPECTED = {  # the features each fault moves (model_bench.EXPECTED)
+    "power_mismatch": {"power_frac", "peer_power", "power_slope"},
+    "slow_no_reason": {"sm_clock_frac", "peer_sm_clock", "sm_clock_std",
+                       "sm_clock_unexplained"},
+    "temp_drift": {"temp_mean", "temp_slope", "peer_temp", "peer_temp_slope", "own_temp",
+                   "peer_temp_drift"},
+    "hbm_sag": {"mem_clock_frac", "peer_mem_clock"},
+    "bursty_util": {"util_std", "util_mean", "peer_util", "peer_util_std",
+                    "peer_util_drops"},
+}
+AFTER_MIN = 6.0  # the fault starts this long after the new job (past the 5 min grace)
+WATCH_MIN = 25.0
+
+
+def write_fault(frame: Any, name: str, gpu: int, onset: float) -> Any:
+    """A copy of ``frame`` with the unnamed fault ``name`` written into GPU ``gpu``'s
+    readings from ``onset`` (epoch s), as the simulator's faults change them: power at
+    65 % at the same work, the SM clock 8 % low with no reason reported, the temperature
+    climbing 0.5 C/min, the HBM clock at 80 %, one tick in six at 30-60 % utilization."""
+    import numpy as np
+
+    out = frame.copy()
+    hit = (out["index"] == gpu) & (out["ts"] >= onset)
+    dt = out.loc[hit, "ts"].to_numpy() - onset
+    if name == "power_mismatch":
+        out.loc[hit, "power.draw"] *= 0.65
+    elif name == "slow_no_reason":
+        out.loc[hit, "clocks.sm"] = np.round(out.loc[hit, "clocks.sm"] * 0.92 / 15) * 15
+        out.loc[hit, "clocks_event_reasons.active"] = 0.0
+    elif name == "temp_drift":
+        out.loc[hit, "temperature.gpu"] += np.round(np.minimum(dt / 60 * 0.5, 12.0))
+    elif name == "hbm_sag":
+        out.loc[hit, "clocks.mem"] *= 0.8
+    elif name == "bursty_util":
+        tick = np.round(dt).astype(int)
+        low = (tick % 6) == 3
+        util = out.loc[hit, "utilization.gpu"].to_numpy()
+        out.loc[hit, "utilization.gpu"] = np.where(low, 30.0 + (tick % 31), util)
+    return out
+
+
+def _change_node(gpus: int, gm: str, seed: int) -> tuple[Any, float, float] | None:
+    """A node of the schedule whose first job lasts past the fit and whose first change
+    to a job on every GPU comes within 16 h: its frame to the end of the watch, the
+    change and the start (epoch s); None for another seed."""
+    import pandas as pd
+
+    from watchdog.sources.sim.schedule import simulate_schedule
+
+    _, sched, _ = simulate_schedule(gpus, gm, seed, 30.0)
+    if sched.segments[0].end_s < 2.2 * 3600:
+        return None
+    change = next((c for c in sched.changes() if sched.at(c).job.k == gpus
+                   and sched.at(c).end_s - c > 3600), None)
+    if change is None or change > 16 * 3600:
+        return None
+    _, _, frames = simulate_schedule(gpus, gm, seed,
+                                     change / 3600 + (AFTER_MIN + WATCH_MIN) / 60)
+    frame = pd.concat(list(frames), ignore_index=True)
+    t0 = float(frame["ts"].min())
+    return frame, t0 + change, t0
+
+
+def faults_after_change(n_seeds: int = 3) -> bool:
+    """The five unnamed faults written into one GPU :data:`AFTER_MIN` min into a new
+    job (the model fitted on the node's first job only), on 8- and 1-GPU nodes of both
+    GPU models and ``n_seeds`` nodes each (the first seeds whose schedule fits)."""
+    import statistics
+
+    from watchdog.anomaly import features as F
+    from watchdog.anomaly.offline import fit_grid, judge_recording
+    from watchdog.pipeline.replay import detector_over
+    from watchdog.sources.replay import Recording
+
+    rules = load_rules(None)
+    print(f"\n1b. unnamed faults {AFTER_MIN:g} min into a new job (the model knows only the "
+          "node's first job)")
+    print(f"{'fault':16} {'GPU':10} {'GPUs':>4} {'seed':>4} {'found':>6} {'alert s':>8}"
+          "  first explained feature")
+    ttas: list[float] = []
+    total = found_n = explained = 0
+    for gpus in (8, 1):
+        for gm in GPU_MODELS:
+            seeds: list[tuple[int, Any]] = []
+            seed = 0
+            while len(seeds) < n_seeds:
+                seed += 1
+                node = _change_node(gpus, gm, seed)
+                if node is not None:
+                    seeds.append((seed, node))
+            for seed, (frame, change, t0) in seeds:
+                g0 = F.grid_from_frame(frame)
+                cut = t0 + 2.0 * 3600
+                rec0 = Recording(path="sim:schedule", host="node", format="sim",
+                                 frame=frame, inventory=[], xids=[])
+                det0 = detector_over(rec0, rules)
+                model, _ = fit_grid(g0, list(det0.incidents), gm, until=cut)
+                onset = change + AFTER_MIN * 60
+                for name in FAULTS:
+                    bad = write_fault(frame, name, gpus - 1, onset)
+                    rec = Recording(path="sim:schedule", host="node", format="sim",
+                                    frame=bad, inventory=[], xids=[])
+                    det = detector_over(rec, rules)
+                    g = F.grid_from_frame(bad)
+                    got = judge_recording(model, g, "node", det.engaged, start=cut)
+                    hits = [i for i in got if i.uuids == [g.uuids[gpus - 1]]
+                            and (i.fired_at or 0) >= onset]
+                    total += 1
+                    first = hits[0] if hits else None
+                    feat = first.evidence["features"][0]["feature"] if first else "-"
+                    tta = None if first is None else first.fired_at - onset
+                    if first is not None:
+                        found_n += 1
+                        ttas.append(tta)
+                        explained += feat in EXPECTED[name]
+                    other = len(got) - len(hits)
+                    print(f"{name:16} {gm:10} {gpus:>4} {seed:>4} "
+                          f"{'yes' if first else 'NO':>6} "
+                          f"{'-' if tta is None else f'{tta:.0f}':>8}  {feat}"
+                          f"{f'  ({other} other anomalies)' if other else ''}", flush=True)
+    med = statistics.median(ttas) if ttas else float("inf")
+    print(f"found {found_n}/{total}, median time to alert {med:.0f} s, first explained "
+          f"feature the injected one in {explained}/{found_n}")
+    return found_n == total and med <= 120.0
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--hours", type=float, default=168.0, help="hours per node (a week)")
     ap.add_argument("--seeds", type=int, default=1, help="seeds (each: 8 nodes, 30 GPUs)")
     ap.add_argument("--first-seed", type=int, default=1)
+    ap.add_argument("--faults", action="store_true",
+                    help="the unnamed faults written into a new job instead (1b)")
     args = ap.parse_args()
+    if args.faults:
+        return 0 if faults_after_change(args.seeds if args.seeds > 1 else 3) else 1
     if args.hours < 3 or args.seeds < 1 or args.first_seed < 0:
         print("model_jobs: --hours at least 3, --seeds at least 1, --first-seed at least 0",
               file=sys.stderr)

@@ -180,23 +180,26 @@ class Gate:
             feats, scores, skip = self._node_departs(t, uuids, raw, feats, scores, judged,
                                                      skip)
         elif len(above) >= 2 and 3 * len(above) >= len(judged):
-            self.consensus = 0  # a third of the node moves: unsettled, nobody judged
+            # a third of the node moves: unsettled, nobody judged; held, those GPUs'
+            # workload changed (a job on part of the node, or part of it re-learned)
+            self.consensus += 1
             skip |= {uuids[g] for g in judged}
+            skip |= self._moved(t, uuids, raw, above)
+            if self.consensus >= CONSENSUS_WINDOWS and self.relearn is None:
+                self._change(t, {uuids[g] for g in above},
+                             f"{len(above)} of {len(judged)} busy GPUs left their normal "
+                             "together")
         else:
             self.consensus = 0
-            if above:
-                alt = self._known(uuids, raw, above)
-                if alt is not None:
-                    feats, scores = alt
-                    above = [g for g in above if scores[g] > thr]
             skip |= self._moved(t, uuids, raw, above, solo=len(judged) == 1)
             skip |= self._not_alone(uuids, scores, judged, above)
             skip |= self._throttled(uuids, feats, above)
         for g, u in enumerate(uuids):
             if g not in above:
                 self.gpus[u].moved = 0
-        for g in judged:
-            if uuids[g] not in skip and not scores[g] > thr:
+        q = float(self.model.calibration.get("in_sample_q", thr))
+        for g in judged:  # a window like the training's (not one just under the threshold)
+            if uuids[g] not in skip and scores[g] <= q:
                 self._remember(uuids[g], raw[g])
         return self._for_runner(feats, raw), scores, skip
 
@@ -441,6 +444,9 @@ class Gate:
 
     def _change(self, t: float, gpus: set[str], why: str) -> None:
         self.workload_changed_at, self.workload_change = t, why
+        # the GPUs that started work with them (after an idle gap, not yet judged
+        # normal) run the same new job, departed or not yet: they re-learn together
+        gpus = gpus | {u for u, st in self.gpus.items() if st.after_gap}
         if self.relearn is not None:  # another change while one settles: both, from now
             gpus = gpus | self.relearn.uuids
         self.relearn = _Relearn(t, gpus, why)
