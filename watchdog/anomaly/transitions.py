@@ -493,6 +493,17 @@ class Gate:
                 shift[u] = np.where(((med < lo) | (med > hi)) & ~keep, med - fill, 0.0)
         merged = [({**n, **{u: n.get(u, np.zeros_like(fill)) for u in rows}}, "a known normal")
                   for n in self.normals]
+        if len(rows) >= 2 and lo is not None and hi is not None:
+            # a peer feature says how a GPU differs from the others: a shift of one GPU's
+            # alone would learn exactly what a fault on it looks like, so the peer
+            # features move by the GPUs' median, the same for all (0 when in range)
+            peer = np.array([f.startswith("peer_") for f in F.FEATURES])
+            with F._quiet():
+                node = np.nanmedian(np.stack([c + fill for c in centre.values()]), axis=0)
+            node = np.where(np.isnan(node), fill, node)
+            out_node = np.where(((node < lo) | (node > hi)) & ~keep, node - fill, 0.0)
+            for u in shift:
+                shift[u] = np.where(peer, out_node, shift[u])
         cands = [*merged, ({**self.current, **shift}, "levels outside the training range "
                                                       "moved back")]
         chosen, how = None, ""
