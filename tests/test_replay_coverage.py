@@ -180,7 +180,8 @@ def test_a_log_sampled_every_30_s_still_pages_a_hang_and_says_it_widened(
     assert "sparse log: windows widened to 45 s" in inc["summary"]
     (note,) = coverage(doc, "*")
     assert note["judged"] is True
-    assert note["note"] == "sampled every 30 s: windows shorter than 45 s widened to 45 s"
+    assert note["note"] == ("sampled every 30 s: windows shorter than 45 s widened to 45 s, so a "
+                            "fault shorter than 45 s plus its rule's for: is not paged")
     assert "every rule: sampled every 30 s" in err
 
 

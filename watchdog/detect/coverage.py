@@ -176,7 +176,9 @@ def coverage(rules: Iterable[Rule], metrics: Iterable[str],
     notes: list[Note] = []
     if widened_to and interval:
         notes.append(Note("*", True, f"sampled every {interval:g} s: windows shorter "
-                                     f"than {widened_to:g} s widened to {widened_to:g} s"))
+                                     f"than {widened_to:g} s widened to {widened_to:g} s, so a "
+                                     f"fault shorter than {widened_to:g} s plus its rule's for: "
+                                     f"is not paged"))
     for r in rules:
         cond = _without(r.condition, unknown)
         if never_true(cond, have):
@@ -272,7 +274,11 @@ def late(rules: Iterable[Rule], metrics: Iterable[str], devices: Sequence[Device
         reads = _reads(simplify(_as_logged(cond, have, unknown), have))
         per: dict[int, float] = {}
         what = ""
-        if "power_limit_w" in unknown and reads & {"power_rel", "power_busy_w"}:
+        levels = {"power_rel", "power_busy_w", "power_idle_w"}
+        if ("power_limit_w" in unknown and reads & {"power_rel", "power_busy_w"}
+                and never_true(_without(cond, unknown | levels), have)):
+            # (a rule that still judges without the levels, as the straggler's
+            # utilization test does, is not waiting for them)
             what = ("no power limit or GPU name: a GPU is judged once it ran busy (> 90 % "
                     "util for 30 s)"
                     + (" or idled with its clocks logged" if "clocks.sm" in have else ""))
