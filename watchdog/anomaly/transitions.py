@@ -80,6 +80,7 @@ UTIL_STEP = 25.0  # utilization moved by more than this many points: a new job
 SETTLE_WINDOWS = 9  # windows of each GPU the re-learning uses (the last 90 s at 10 s)
 MIN_SETTLE_WINDOWS = 3  # steady windows (no grace, no checkpoint) each GPU needs to re-learn
 GIVE_UP_S = 1800.0  # no steady windows this long (s) after a change: keep the old normal
+PEER_BY_NODE = False
 FIT_FRAC = 0.8  # a normal fits when at least this share of those windows scores below
 KNOWN = 4  # normals remembered (the fitted model's own counts as one)
 # never shifted: each GPU's own thermal line and the drift are physics, not the workload;
@@ -199,7 +200,7 @@ class Gate:
                 self.gpus[u].moved = 0
         q = float(self.model.calibration.get("in_sample_q", thr))
         for g in judged:  # a window like the training's (not one just under the threshold)
-            if uuids[g] not in skip and scores[g] <= q:
+            if uuids[g] not in skip and scores[g] <= q and self._inside(feats[g]):
                 self._remember(uuids[g], raw[g])
         return self._for_runner(feats, raw), scores, skip
 
@@ -416,6 +417,16 @@ class Gate:
             return "new work after an idle gap"
         return "most busy GPUs left their normal together"
 
+    def _inside(self, row: np.ndarray) -> bool:
+        """Whether the (shifted) window's levels lie inside the training range."""
+        lo, hi = self.model.lo, self.model.hi
+        if lo is None or hi is None:
+            return True
+        may = np.array([f not in NO_SHIFT for f in F.FEATURES])
+        with np.errstate(invalid="ignore"):
+            out = ((row < lo) | (row > hi)) & may & ~np.isnan(row)
+        return not out.any()
+
     def _remember(self, u: str, row: np.ndarray) -> None:
         """A judged, normal window: the GPU's reference (util, memory) follows it."""
         st = self.gpus[u]
@@ -444,9 +455,9 @@ class Gate:
 
     def _change(self, t: float, gpus: set[str], why: str) -> None:
         self.workload_changed_at, self.workload_change = t, why
-        # the GPUs that started work with them (after an idle gap, not yet judged
-        # normal) run the same new job, departed or not yet: they re-learn together
-        gpus = gpus | {u for u, st in self.gpus.items() if st.after_gap}
+        # a job moves as a whole: every GPU of it (working or holding memory) and those
+        # that started work with them re-learn together, departed or not yet
+        gpus = gpus | {u for u, st in self.gpus.items() if st.after_gap} | set(self._members)
         if self.relearn is not None:  # another change while one settles: both, from now
             gpus = gpus | self.relearn.uuids
         self.relearn = _Relearn(t, gpus, why)
@@ -493,7 +504,7 @@ class Gate:
                 shift[u] = np.where(((med < lo) | (med > hi)) & ~keep, med - fill, 0.0)
         merged = [({**n, **{u: n.get(u, np.zeros_like(fill)) for u in rows}}, "a known normal")
                   for n in self.normals]
-        if len(rows) >= 2 and lo is not None and hi is not None:
+        if PEER_BY_NODE and len(rows) >= 2 and lo is not None and hi is not None:
             # a peer feature says how a GPU differs from the others: a shift of one GPU's
             # alone would learn exactly what a fault on it looks like, so the peer
             # features move by the GPUs' median, the same for all (0 when in range)
