@@ -39,21 +39,23 @@ replay and the live agent take the same decisions (``tests/test_anomaly_stage.py
   ones learned): a node back on a job it ran before (or out of a long checkpoint) is
   judged against that normal at once, no change declared.
 
-On a workload change the GPUs concerned are not judged while the node settles (as a
+On a workload change every GPU of the job is not judged while the node settles (as a
 warm-up: :data:`WARM_MIN_S` to :data:`GRACE_MAX_S`), then the model **re-learns** from
 the settled windows' features (up to :data:`SETTLE_WINDOWS` of each GPU, outside any
-grace or checkpoint, at least :data:`MIN_SETTLE_WINDOWS`): the first of
-(1) a known normal, (2) shifting only the features that lie outside the training range
-back to the training median, (3) re-centring every feature of each GPU on the fitted
-median, under which most settled windows score below the threshold, becomes the GPU's
-normal: its feature offsets are subtracted before every later scoring, until the next
-change or refit. Why offsets and not a refit: a refit needs an hour of busy time
-(``model: auto``'s minimum baseline), and a GPU that fails 10 minutes into a new job
-must still page; a shift keeps every relation the forest learned (the peers, each GPU's
-own thermal line) and moves only the levels the new job set. What it cannot see: a
-fault already present while the node settles is learned as that GPU's normal on a 1-GPU
-node (with peers, it still stands out from them). ``workload_changed_at`` and
-``workload_change`` (the reason) go to ``watchdog status``; each change is a log line.
+grace or checkpoint, at least :data:`MIN_SETTLE_WINDOWS`): the first of (1) a known
+normal and (2) the features whose settled level lies outside the training range moved
+back to the training median (never :data:`NO_SHIFT`: physics and health) under which the
+settled windows lie inside the training range and score under the fit's in-sample
+quantile becomes the GPU's normal (else (2) all the same: the node stays unsettled, and
+the rules above keep it from paging): its offsets are subtracted before every later
+scoring, until the next change or refit. Why offsets and not a refit: a refit needs an
+hour of busy time (``model: auto``'s minimum baseline), and a GPU that fails 10 minutes
+into a new job must still page; a shift keeps what the forest learned (both power phases,
+the peers, each GPU's own thermal line) and moves only the levels the new job set. What
+it cannot see: a fault already present while the node settles is learned as that GPU's
+normal where it moved a level the new job moves too (see :data:`PEER_BY_NODE`).
+``workload_changed_at`` and ``workload_change`` (the reason) go to ``watchdog status``;
+each change and each re-learned normal is a log line.
 """
 
 from __future__ import annotations
@@ -80,6 +82,11 @@ UTIL_STEP = 25.0  # utilization moved by more than this many points: a new job
 SETTLE_WINDOWS = 9  # windows of each GPU the re-learning uses (the last 90 s at 10 s)
 MIN_SETTLE_WINDOWS = 3  # steady windows (no grace, no checkpoint) each GPU needs to re-learn
 GIVE_UP_S = 1800.0  # no steady windows this long (s) after a change: keep the old normal
+# Re-learning the peer features by the job's median (the same offset for every GPU)
+# instead of each GPU's own: a fault present while the node settles then stays a
+# departure from its peers (bursty_util written 6 min into a new job is found), but the
+# hot GPU of a job on part of the node keeps its new distance from its peers as a
+# departure. Off: what bench/model_jobs.py measured (docs/model.md).
 PEER_BY_NODE = False
 FIT_FRAC = 0.8  # a normal fits when at least this share of those windows scores below
 KNOWN = 4  # normals remembered (the fitted model's own counts as one)
@@ -505,9 +512,7 @@ class Gate:
         merged = [({**n, **{u: n.get(u, np.zeros_like(fill)) for u in rows}}, "a known normal")
                   for n in self.normals]
         if PEER_BY_NODE and len(rows) >= 2 and lo is not None and hi is not None:
-            # a peer feature says how a GPU differs from the others: a shift of one GPU's
-            # alone would learn exactly what a fault on it looks like, so the peer
-            # features move by the GPUs' median, the same for all (0 when in range)
+            # the peer features move by the GPUs' median, the same for all (0 in range)
             peer = np.array([f.startswith("peer_") for f in F.FEATURES])
             with F._quiet():
                 node = np.nanmedian(np.stack([c + fill for c in centre.values()]), axis=0)
