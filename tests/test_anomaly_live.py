@@ -31,11 +31,13 @@ def _run(spec: str, minutes: float) -> list[tuple[float, str, object]]:
 
 
 def test_an_unnamed_fault_pages_through_the_live_pipeline() -> None:
-    seen = _run("sim:hbm_sag(gpus=3)@4m", 7.0)
+    """The fault starts at 8 min: the job's start-up and warm-up (to about 7 min on this
+    node) are not judged (anomaly/transitions.py)."""
+    seen = _run("sim:hbm_sag(gpus=3)@8m", 11.0)
     fired = [(t, inc) for t, w, inc in seen if w == "firing"]
     assert [(inc.kind, inc.gpus) for _, inc in fired] == [("anomaly", ["3"])]
     t, inc = fired[0]
-    assert 240 < t - 1_767_225_600.0 < 240 + 120  # within two minutes of the onset
+    assert 480 < t - 1_767_225_600.0 < 480 + 120  # within two minutes of the onset
     assert "memory clock" in inc.summary
 
 
