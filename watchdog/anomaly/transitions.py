@@ -100,6 +100,7 @@ REASONS = frozenset(("frac_locked", "frac_power_cap", "frac_sync_boost", "frac_t
 STAND_OUT = 0.15  # a GPU over the threshold must score this much over its peers' median
 SPIN_FRAC = 0.3  # a working GPU under this fraction of its power limit spins in a collective
 MEMBER_MEM = 0.1  # a GPU holding this fraction of its memory belongs to a job
+POWER_UP = 0.15  # alone, power this much (of its limit) over its normal: a heavier phase
 REF_ALPHA = 0.1  # weight of a new normal window in a GPU's reference (util, memory)
 
 Normal = dict[str, np.ndarray]  # uuid -> (F,) feature offsets
@@ -117,7 +118,7 @@ class _Gpu:
     grace_why: str = ""
     engaged: bool = False
     after_gap: bool = False  # the current busy spell followed an idle gap (a new process)
-    ref: tuple[float, float] | None = None  # (util %, memory fraction) of its normal
+    ref: tuple[float, float, float] | None = None  # (util %, memory, power) of its normal
     moved: int = 0  # windows in a row over the threshold with its own work changed
     drift_from: float = -math.inf  # its last grace began here: the drift's look-back is stale
 
@@ -199,6 +200,11 @@ class Gate:
                              "together")
         else:
             self.consensus = 0
+            if len(judged) == 1 and above:  # alone: a phase of its job it learned before
+                alt = self._known(uuids, raw, above)
+                if alt is not None:
+                    feats, scores = alt
+                    above = [g for g in above if scores[g] > thr]
             skip |= self._moved(t, uuids, raw, above, solo=len(judged) == 1)
             skip |= self._not_alone(uuids, scores, judged, above)
             skip |= self._throttled(uuids, feats, above)
@@ -410,8 +416,10 @@ class Gate:
         if st.ref is None:
             return st.after_gap and alone
         util, mem = row[F.INDEX["util_mean"]], row[F.INDEX["mem_ratio"]]
+        power = row[F.INDEX["power_frac"]]
+        harder = alone and power - st.ref[2] > POWER_UP  # a job's heavier phase
         return bool(abs(mem - st.ref[1]) > MEM_STEP or abs(util - st.ref[0]) > UTIL_STEP
-                    or (st.after_gap and alone))
+                    or (st.after_gap and alone) or harder)
 
     def _why(self, u: str, row: np.ndarray) -> str:
         st = self.gpus[u]
@@ -422,6 +430,9 @@ class Gate:
             return f"utilization {st.ref[0]:.0f}% -> {util:.0f}%"
         if st.after_gap:
             return "new work after an idle gap"
+        if st.ref is not None and row[F.INDEX["power_frac"]] - st.ref[2] > POWER_UP:
+            return (f"power {st.ref[2]:.0%} -> {row[F.INDEX['power_frac']]:.0%} of its limit "
+                    "at the same work (a heavier phase)")
         return "most busy GPUs left their normal together"
 
     def _inside(self, row: np.ndarray) -> bool:
@@ -438,14 +449,16 @@ class Gate:
         """A judged, normal window: the GPU's reference (util, memory) follows it."""
         st = self.gpus[u]
         util, mem = float(row[F.INDEX["util_mean"]]), float(row[F.INDEX["mem_ratio"]])
-        if math.isnan(util) or math.isnan(mem):
+        power = float(row[F.INDEX["power_frac"]])
+        if math.isnan(util) or math.isnan(mem) or math.isnan(power):
             return
         st.after_gap = False
         if st.ref is None:
-            st.ref = (util, mem)
+            st.ref = (util, mem, power)
         else:
             a = REF_ALPHA
-            st.ref = ((1 - a) * st.ref[0] + a * util, (1 - a) * st.ref[1] + a * mem)
+            st.ref = ((1 - a) * st.ref[0] + a * util, (1 - a) * st.ref[1] + a * mem,
+                      (1 - a) * st.ref[2] + a * power)
 
     def _known(self, uuids: Sequence[str], raw: np.ndarray, judged: list[int]
                ) -> tuple[np.ndarray, np.ndarray] | None:
@@ -535,7 +548,8 @@ class Gate:
             with F._quiet():
                 med = np.nanmedian(x, axis=0)
             st = self.gpus[u]
-            st.ref = (float(med[F.INDEX["util_mean"]]), float(med[F.INDEX["mem_ratio"]]))
+            st.ref = (float(med[F.INDEX["util_mean"]]), float(med[F.INDEX["mem_ratio"]]),
+                      float(med[F.INDEX["power_frac"]]))
             st.after_gap = False
         if not any(chosen is n for n in self.normals):
             self.normals = [self.normals[0], chosen, *self.normals[1:]][:KNOWN]
