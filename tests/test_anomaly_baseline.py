@@ -96,6 +96,7 @@ def test_a_schema_1_file_is_refused_with_the_one_line_message(tmp_path: Path) ->
         persist.load(f)
 
 
+@pytest.mark.slow
 def test_temp_drift_on_the_hot_gpu_is_found_by_its_own_baseline() -> None:
     """Seed 3's hot GPU is GPU 7, the drifting one: its drift stops 6 C short of the
     throttle, 4-8 C, inside its peer offset's swings. Fitted on the node's first 100
@@ -148,6 +149,7 @@ def _found(model, g, incs, rec, cut, feats, truth) -> list:
     return found
 
 
+@pytest.mark.slow
 def test_a_gpu_slow_for_no_reason_is_found_where_its_peers_spread_under_a_power_cap() -> None:
     """Seed 1's A100 node: its GPUs' SM clocks under the power cap spread from -4 to +9
     points of max around their median, so GPU 7 sagging to 90 % with no reason bit stayed
@@ -172,6 +174,7 @@ def test_a_gpu_slow_for_no_reason_is_found_where_its_peers_spread_under_a_power_
     assert all(i.fired_at - truth.onset > 300.0 for i in blind)
 
 
+@pytest.mark.slow
 def test_a_gpu_whose_work_comes_in_bursts_is_found_by_its_deep_drops(monkeypatch) -> None:
     """Seed 1's A100 node, GPU 7 dropping to 30-60 % one tick in six. Counting drops of
     more than 10 points (schema 3), the healthy GPUs' shallow dips of 3-20 points gave up

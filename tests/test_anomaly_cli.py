@@ -27,6 +27,7 @@ def model_file(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return out
 
 
+@pytest.mark.slow
 def test_replay_with_a_trained_model_finds_the_unnamed_fault(model_file: Path) -> None:
     r = wd("replay", "sim:hbm_sag@5m", "--duration", "15m", "--gpus", "4", "--seed", "3",
            "--model", str(model_file), "--json")
@@ -38,6 +39,7 @@ def test_replay_with_a_trained_model_finds_the_unnamed_fault(model_file: Path) -
     assert json.loads(without.stdout)["incidents"] == []  # no --model, no model
 
 
+@pytest.mark.slow
 def test_model_for_other_gpus_and_bad_values_are_one_line_errors(model_file: Path,
                                                                  tmp_path: Path) -> None:
     r = wd("replay", "sim:healthy", "--duration", "5m", "--gpu-model", "a100-pcie",
@@ -56,6 +58,7 @@ def test_model_for_other_gpus_and_bad_values_are_one_line_errors(model_file: Pat
     assert r.returncode == 2 and "no such folder" in r.stderr
 
 
+@pytest.mark.slow
 def test_model_auto_fits_on_the_first_part_or_says_why_not() -> None:
     r = wd("replay", "sim:healthy", "--duration", "10m", "--model", "auto", "--json")
     assert r.returncode == 0
@@ -72,6 +75,7 @@ def test_model_auto_fits_on_the_first_part_or_says_why_not() -> None:
                and i["started_at"] >= "2026-01-01T01:20" for i in incs)
 
 
+@pytest.mark.slow
 def test_old_model_spelling_for_the_simulated_gpu_type_still_works() -> None:
     r = wd("replay", "sim:healthy", "--duration", "2m", "--model", "a100-pcie", "--json")
     assert r.returncode == 0 and "use --gpu-model a100-pcie" in r.stderr

@@ -62,6 +62,7 @@ def _live(tmp_path: Path, minutes: float) -> tuple[list[dict], list[tuple[float,
     return bodies, seen
 
 
+@pytest.mark.slow
 def test_a_rule_on_a_gpu_with_an_open_anomaly_is_one_page(tmp_path: Path) -> None:
     bodies, seen = _live(tmp_path, 11.0)
     fired = [(t, inc.kind, inc.gpus) for t, w, inc in seen if w == "firing"]

@@ -30,6 +30,7 @@ def _run(spec: str, minutes: float) -> list[tuple[float, str, object]]:
     return seen
 
 
+@pytest.mark.slow
 def test_an_unnamed_fault_pages_through_the_live_pipeline() -> None:
     """The fault starts at 8 min: the job's start-up and warm-up (to about 7 min on this
     node) are not judged (anomaly/transitions.py)."""

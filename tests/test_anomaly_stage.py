@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
 from anomaly_helpers import healthy_model
 
 from watchdog.anomaly import persist
@@ -30,6 +31,7 @@ def _key(inc) -> tuple:  # type: ignore[no-untyped-def]
             inc.evidence.get("score"))
 
 
+@pytest.mark.slow
 def test_replay_of_the_agents_recording_pages_what_the_agent_paged(tmp_path: Path) -> None:
     model = healthy_model()
     rules = load_rules()

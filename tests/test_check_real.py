@@ -22,6 +22,7 @@ LOGS = [
 ]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name", LOGS)
 def test_no_problem_in_any_window_of_a_healthy_real_log(real_telemetry, name):
     rec = open_recorded(str(real_telemetry / name), SourceOptions())

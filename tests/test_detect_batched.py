@@ -59,6 +59,7 @@ def test_batched_equals_every_tick_property(seed: int, batch_s: float) -> None:
     same(got, want)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("seed", [1, 2, 3])
 def test_batched_equals_every_tick_shipped_rules(seed: int) -> None:
     rules = load_rules()

@@ -5,6 +5,7 @@ from __future__ import annotations
 import warnings
 
 import numpy as np
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from hypothesis.extra.numpy import arrays
@@ -17,6 +18,7 @@ VALUES = st.one_of(st.just(np.nan), st.floats(-1e6, 1e6), st.integers(0, 3).map(
 @settings(max_examples=200, deadline=None)
 @given(st.integers(1, 12).flatmap(
     lambda k: arrays(np.float64, st.tuples(st.integers(1, 20), st.just(k)), elements=VALUES)))
+@pytest.mark.slow
 def test_row_median_is_numpys_nanmedian(vals: np.ndarray) -> None:
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", RuntimeWarning)  # all-NaN rows

@@ -368,6 +368,7 @@ def test_the_recording_generator_makes_a_valid_recording(tmp_path: Path) -> None
     assert len(rec.frame) == 8 and rec.frame["power.draw"].iloc[0] == 300.0
 
 
+@pytest.mark.slow
 def test_recording_zip_bomb_is_refused_before_decompressing(tmp_path: Path) -> None:
     """input: a recording whose chunk decompresses to 400 M zeros is refused before
     anything is decompressed"""
@@ -816,6 +817,7 @@ def test_a_piped_log_replays(path: str, log: str) -> None:
     assert got["sources"][0]["host"] == "stdin"
 
 
+@pytest.mark.slow
 def test_a_piped_large_log_and_recording_replay(tmp_path: Path) -> None:
     """input: a piped log of more than 4 MiB (a file that size is read in parts) and a
     piped recording (binary, NUL bytes) replay from standard input"""

@@ -30,6 +30,7 @@ def _run(agent: LivePipeline, clock: ManualClock, seconds: float, step: float = 
         clock.advance(step)
 
 
+@pytest.mark.slow
 def test_a_hung_job_is_one_page_that_fires_and_then_resolves() -> None:
     clock = ManualClock(start=1_750_000_000.0)
     sent: list[tuple[str, Incident]] = []
@@ -44,6 +45,7 @@ def test_a_hung_job_is_one_page_that_fires_and_then_resolves() -> None:
     assert agent.stats.ticks == 241 and agent.stats.samples == 241 * 8
 
 
+@pytest.mark.slow
 def test_a_healthy_node_sends_nothing() -> None:
     clock = ManualClock(start=1_750_000_000.0)
     sent: list[tuple[str, Incident]] = []
@@ -159,6 +161,7 @@ def test_a_restart_keeps_the_learned_hang_wait_and_power_levels(tmp_path) -> Non
     assert after_restart <= learned["longest_s"] + 60 + 5  # learned wait + margin + a tick
 
 
+@pytest.mark.slow
 def test_a_simulated_node_never_touches_a_real_nodes_learned_state(tmp_path) -> None:  # type: ignore[no-untyped-def]
     real = _store(tmp_path, "nvml")
     real.save_learned("sim-node", {"comm_hang": {"longest_s": 400.0, "episodes": 9}},
@@ -210,6 +213,7 @@ def _nvml_agent(clock: ManualClock, sent: list, timeout: float = 0.3) -> LivePip
         notifiers=[lambda s, i: sent.append((s, i))])
 
 
+@pytest.mark.slow
 def test_no_driver_at_start_is_one_node_incident_then_recovery() -> None:
     """NVML cannot be opened: the agent stays up, raises one node-level nvml_error, retries
     with backoff; when the driver is back the incident resolves and sampling starts."""

@@ -33,6 +33,7 @@ def hang(resolved: float | None = None) -> Incident:
                     "hang", "4 GPUs hung")
 
 
+@pytest.mark.slow
 def test_png_has_a_panel_per_signal_and_a_line_per_gpu(tmp_path):
     out = tmp_path / "t.png"
     info = plot_timeline(frame(), [hang()], out, title="n1 test")

@@ -180,8 +180,11 @@ def test_every_readme_command_is_run() -> None:
         assert marker in (REPO / test_file).read_text()
 
 
-#: a command that runs until stopped with no start line to wait for runs its full 4 s: slow
-CASES = [pytest.param(i, marks=pytest.mark.slow) if LONG.get(b.command, "") is None else i
+#: slow: a command that runs until stopped with no start line to wait for (its full 4 s),
+#: and these, which take more than a few seconds and which no later command depends on
+SLOW = {"watchdog replay sim:hbm_sag@80m --duration 100m --gpus 4 --model auto --json"}
+CASES = [pytest.param(i, marks=pytest.mark.slow)
+         if LONG.get(b.command, "") is None or b.command in SLOW else i
          for i, b in enumerate(BLOCKS)]
 
 

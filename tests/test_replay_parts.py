@@ -240,6 +240,7 @@ def logs(draw):  # type: ignore[no-untyped-def]
     return end.join(lines) + end
 
 
+@pytest.mark.slow
 @settings(max_examples=25, deadline=None)
 @given(logs())
 def test_random_logs_read_in_parts_equal_the_whole_file_read(text: str) -> None:

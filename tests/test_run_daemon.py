@@ -142,6 +142,7 @@ def _messages(sock: socket.socket, want: str, timeout: float = 60.0) -> list[str
     raise AssertionError(f"no {want!r} from the agent; got {got}")
 
 
+@pytest.mark.slow
 def test_sd_notify_status_sighup_and_sigterm(tmp_path: Path) -> None:
     cfg = _config(tmp_path)
     sock = _notify_socket(tmp_path)

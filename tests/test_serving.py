@@ -71,6 +71,7 @@ def test_serving_value_per_reading():
     assert serving_value((trainer, unknown)) is None
 
 
+@pytest.mark.slow
 def test_simulated_inference_server_raises_no_stall(capsys):
     """Before: the vLLM look-alike (idle for up to an hour between bursts) paged stall."""
     assert main(["replay", "sim:inference_server", "--duration", "2h", "--json"]) == 0

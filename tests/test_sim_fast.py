@@ -21,6 +21,7 @@ def _frame(chunks: object) -> pd.DataFrame:
     return pd.concat([f for f, _ in chunks], ignore_index=True)  # type: ignore[attr-defined]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(("model", "seed"), [("h100-sxm", 2), ("a100-pcie", 3)])
 def test_block_readings_equal_the_scalar_path(model: str, seed: int) -> None:
     duration = 2 * 3600.0
