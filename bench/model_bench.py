@@ -371,7 +371,12 @@ def main() -> int:
     ap.add_argument("--healthy-fit-hours", type=float, default=3.0, metavar="H",
                     help="each healthy node's own fit (default 3 h; the daemon refits on "
                          "up to 7 days)")
-    ap.add_argument("--only", choices=("faults", "healthy", "real", "costs", "injected"),
+    ap.add_argument("--jobs-hours", type=float, default=168.0, metavar="H",
+                    help="hours per node of the job-changing stream (default 168: a week)")
+    ap.add_argument("--jobs-seeds", type=int, default=1, metavar="K",
+                    help="seeds of the job-changing stream (each: 8 nodes, 30 GPUs)")
+    ap.add_argument("--only", choices=("faults", "healthy", "jobs", "real", "costs",
+                                       "injected"),
                     default=None, help="run one part only (injected: faults written into "
                     "real logs, bench/model_injected.py; not in the default run)")
     args = ap.parse_args()
@@ -391,7 +396,7 @@ def main() -> int:
         return 2
     healthy_seeds = list(range(args.first_seed, args.first_seed + args.healthy_seeds))
     idle_h = 2.0 if args.quick else 6.0
-    want = {args.only} if args.only else {"faults", "healthy", "real", "costs"}
+    want = {args.only} if args.only else {"faults", "healthy", "jobs", "real", "costs"}
     rules = load_rules(None)
     models, fit_s, size = {}, 0.0, 0
     for gm in GPU_MODELS if want & {"healthy", "costs"} else ():
@@ -405,6 +410,11 @@ def main() -> int:
     if "healthy" in want:
         ok &= healthy(models, healthy_seeds, healthy_total, args.healthy_fit_hours, idle_h,
                       rules)
+    if "jobs" in want:
+        from model_jobs import jobs
+
+        ok &= jobs(list(range(args.first_seed, args.first_seed + args.jobs_seeds)),
+                   24.0 if args.quick and args.only != "jobs" else args.jobs_hours, 2.0)
     if "real" in want:
         ok &= real_logs(rules)
     if "costs" in want:
