@@ -40,6 +40,10 @@ def test_line_fit_and_residual_by_hand() -> None:
     three = np.vstack([coef, [35.0, 30.0, 0.5, 1.0]])
     got = baseline.residual(_rows([62, 61, 59], [0.8, 0.8, 0.8]), three)[0]
     assert np.allclose(got, [0, 5, 0])
+    # a line falling with power is no physics: it takes no part in the node's lag
+    falling = np.vstack([coef, [60.0, -4.0, 0.5, 1.0]])
+    got = baseline.residual(_rows([62, 56, 57], [0.8, 0.8, 0.8]), falling)[0]
+    assert np.allclose(got[:2], 0) and np.isclose(got[2], 0.2)
     # an unknown GPU reads NaN (normal); too few windows gives no line
     done = baseline.complete(_rows([62, 61], [0.8, 0.8]), ["a", "z"], ["a", "b"], coef)
     assert np.isnan(done[0, 1, F.INDEX["own_temp"]])
@@ -60,6 +64,13 @@ def test_own_temp_is_a_departure_above_the_line_in_its_steady_state() -> None:
     # below its line: no fault to act on; beyond the powers it was fitted over: no line
     assert np.allclose(baseline.residual(_rows([55], [0.8]), coef), 0.0)
     assert np.isnan(baseline.residual(_rows([45], [0.3]), coef)).all()
+    # a sloped line holds SPAN_MARGIN beyond its powers; a flat one (fitted on a narrow
+    # span: it knows nothing of how temperature follows power) only over them (issue 19:
+    # a new job's power 0.04 beyond it read +2 C on the flat line)
+    assert np.allclose(baseline.residual(_rows([74], [1.04]), coef), 2.4)
+    flat = np.array([[51.0, 0.0, 0.52, 0.558]])
+    assert np.allclose(baseline.residual(_rows([51.5], [0.55]), flat), 0.5)
+    assert np.isnan(baseline.residual(_rows([52.8], [0.60]), flat)).all()
     # a model file from before the span was kept ((U, 2) lines) holds at every power
     old = baseline.complete(_rows([45], [0.3]), ["a"], ["a"], coef[:, :2])
     assert np.allclose(old[..., F.INDEX["own_temp"]], 3.0)

@@ -177,6 +177,53 @@ def test_the_recovery_after_a_rule_incident_is_not_judged() -> None:
     assert uuids[0] not in skips[times.index(1600.0)]  # its peers judged meanwhile
 
 
+def test_a_level_the_training_knows_is_judged_unshifted() -> None:
+    """A re-learned offset (one phase of a new job) moves only levels that lie outside the
+    training range: the job's other phase, inside it, is judged as it is; a level
+    outside the range either way (a fault) stays outside."""
+    model, uuids, row = _steady()
+    gate = T.Gate(model)
+    k = F.INDEX["power_frac"]
+    lo, hi = float(model.lo[k]), float(model.hi[k])
+    off = np.zeros(len(F.FEATURES))
+    off[k] = hi + 0.3 - float(model.fill[k])  # learned on a high phase 0.3 over the range
+    normal = {uuids[0]: off}
+    x = row.copy()
+    x[0, k] = (lo + hi) / 2  # the job's low phase: inside the training range
+    got, _ = gate._apply(uuids, x, None, normal)
+    assert got[0, k] == x[0, k]
+    x[0, k] = hi + 0.3  # the high phase: moved back to the fill
+    got, _ = gate._apply(uuids, x, None, normal)
+    assert np.isclose(got[0, k], model.fill[k])
+    x[0, k] = lo - 0.2  # below the range either way: the one nearer it, still outside
+    got, _ = gate._apply(uuids, x, None, normal)
+    assert got[0, k] == x[0, k] and got[0, k] < lo
+
+
+def test_a_level_every_gpu_of_the_job_shares_is_not_one_gpus_departure() -> None:
+    """With peers at work, a GPU over the threshold whose furthest feature out of range is
+    a level (power) while its peer features lie inside the range moves with its job
+    (a phase its peers reached a window later); one away from its peers is judged."""
+    model, uuids, row = _steady()
+    gate = T.Gate(model)
+    k = F.INDEX["power_frac"]
+    x = row.copy()
+    x[:, k] = float(model.hi[k]) + 0.3  # the whole job at a heavier phase
+    assert gate._with_peers(uuids, x, [0]) == {uuids[0]}
+    # its temperature follows the shared power step at its own rate: still the job's
+    x[0, F.INDEX["peer_temp_drift"]] = float(model.hi[F.INDEX["peer_temp_drift"]]) + 3.0
+    assert gate._with_peers(uuids, x, [0]) == {uuids[0]}
+    x[0, F.INDEX["peer_power"]] = float(model.hi[F.INDEX["peer_power"]]) + 0.3
+    assert gate._with_peers(uuids, x, [0]) == set()  # away from its peers: judged
+    z = row.copy()  # warmer than its peers with its power in range: judged
+    z[0, F.INDEX["temp_mean"]] = float(model.hi[F.INDEX["temp_mean"]]) + 10.0
+    z[0, F.INDEX["peer_temp"]] = float(model.hi[F.INDEX["peer_temp"]]) + 0.5
+    assert gate._with_peers(uuids, z, [0]) == set()
+    y = row.copy()  # a health feature furthest out (the HBM clock): judged
+    y[0, F.INDEX["mem_clock_frac"]] = float(model.lo[F.INDEX["mem_clock_frac"]]) - 0.2
+    assert gate._with_peers(uuids, y, [0]) == set()
+
+
 def test_a_job_that_waits_in_a_checkpoint_is_not_judged() -> None:
     """Rank 0 writes (holds memory, does not work): the others spin waiting for it."""
     model, uuids, row = _steady()

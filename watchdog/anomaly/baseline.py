@@ -32,9 +32,11 @@ from watchdog.anomaly import features as F
 
 MIN_ROWS = 30  # busy windows a GPU needs for a line
 MIN_SPREAD = 0.05  # power_frac range below which the slope is not fitted (flat power)
-MIN_SLOPE = 1.0  # C per unit of power_frac: a flatter line cannot say how far power lags
+# C per unit of power_frac: a flatter line cannot say how far power lags; a line falling
+# with power (fitted on a narrow span through the lag) is no physics either
+MIN_SLOPE = 1.0
 SETTLING_C_PER_MIN = 0.5  # a GPU this far from its line, moving back to it this fast, lags
-SPAN_MARGIN = 0.05  # of the power ceiling: how far beyond its fitted powers a line holds
+SPAN_MARGIN = 0.05  # of the power ceiling: how far beyond its fitted powers a sloped line holds
 
 
 def fit(feats: np.ndarray, ok: np.ndarray) -> np.ndarray:
@@ -107,14 +109,22 @@ def residual(feats: np.ndarray, lines: np.ndarray) -> np.ndarray:
     b = lines[:, 1]
     r = temp - (lines[:, 0] + b * power)
     if lines.shape[1] >= 4:  # no line beyond the powers it was fitted over
+        # a flat line (slope under MIN_SLOPE, or falling: fitted on a narrow span, it says
+        # nothing of how temperature follows power) holds only over its own span, no
+        # margin: at ~35 C per unit of power a GPU reads +1-2 C above a flat line
+        # 0.03-0.05 beyond it (issue 19: most false own_temp pages of the job stream)
+        margin = np.where(np.nan_to_num(b) >= MIN_SLOPE, SPAN_MARGIN, 0.0)
         with np.errstate(invalid="ignore"):
-            r = np.where((power < lines[:, 2] - SPAN_MARGIN) | (power > lines[:, 3] + SPAN_MARGIN),
+            r = np.where((power < lines[:, 2] - margin) | (power > lines[:, 3] + margin),
                          np.nan, r)
     settling = _settling(r, feats[..., F.INDEX["temp_slope"]])
     if r.shape[-1] < 2:
         return _above(np.where(settling, np.nan, r))
     busy = F.busy(feats.reshape(-1, *feats.shape[-2:])).reshape(r.shape)
-    sloped = np.abs(np.nan_to_num(b)) >= MIN_SLOPE
+    # only a line rising with power says how far power lags: one falling with it (-3.8 C
+    # per unit on the job stream) turned the node's lag around and put a settling peer
+    # +5 C off its line (issue 19)
+    sloped = np.nan_to_num(b) >= MIN_SLOPE
     with np.errstate(all="ignore"):
         each = np.where(busy & sloped, r / np.where(sloped, b, 1.0), np.nan)
     lag = F.row_median(each.reshape(-1, each.shape[-1])).reshape(*each.shape[:-1], 1)
