@@ -25,6 +25,8 @@ REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 sys.path.insert(0, str(REPO / "bench"))
 
+from model_bench import EXPECTED  # noqa: E402  (the features each fault moves)
+
 from watchdog.detect import load_rules  # noqa: E402
 
 GPU_MODELS = ("h100-sxm", "a100-pcie")
@@ -85,16 +87,6 @@ def jobs(seeds: list[int], hours: float, fit_h: float) -> bool:
 
 
 FAULTS = ("power_mismatch", "slow_no_reason", "temp_drift", "hbm_sag", "bursty_util")
-EXPECTED = {  # the features each fault moves (model_bench.EXPECTED)
-    "power_mismatch": {"power_frac", "peer_power", "power_slope"},
-    "slow_no_reason": {"sm_clock_frac", "peer_sm_clock", "sm_clock_std",
-                       "sm_clock_unexplained"},
-    "temp_drift": {"temp_mean", "temp_slope", "peer_temp", "peer_temp_slope", "own_temp",
-                   "peer_temp_drift"},
-    "hbm_sag": {"mem_clock_frac", "peer_mem_clock"},
-    "bursty_util": {"util_std", "util_mean", "peer_util", "peer_util_std",
-                    "peer_util_drops"},
-}
 AFTER_MIN = 6.0  # the fault starts this long after the new job (past the 5 min grace)
 WATCH_MIN = 25.0
 

@@ -307,10 +307,11 @@ def block(src: Any, i0: int, count: int, states: Any = None) -> dict[str, np.nda
 
 
 def chunks(src: Any, duration: float, chunk_ticks: int, names: list[str] | None,
-           scalar: Any) -> Iterator[tuple[Any, list[Any]]]:
+           scalar: Any, states: Any = None) -> Iterator[tuple[Any, list[Any]]]:
     """``(frame, xids)`` chunks of ``chunk_ticks`` ticks, as
     :func:`watchdog.pipeline.replay._chunks` yields them; ``names`` the catalogue order;
-    ``scalar(remaining_s)`` continues on the scalar path (see module docs)."""
+    ``scalar(remaining_s)`` continues on the scalar path (see module docs); ``states``
+    as for :func:`block` (a node running a schedule of jobs)."""
     import pandas as pd
 
     n_ticks = int(duration / DT + 1e-9)
@@ -320,7 +321,7 @@ def chunks(src: Any, duration: float, chunk_ticks: int, names: list[str] | None,
     i = 0
     while i < n_ticks:
         count = min(chunk_ticks, n_ticks - i)
-        vals = block(src, i, count)
+        vals = block(src, i, count, states=states)
         if vals is None:
             yield from scalar((n_ticks - i) * DT)
             return

@@ -172,31 +172,15 @@ class Schedule:
 def chunks(src: Any, schedule: Schedule, duration: float, chunk_ticks: int,
            names: list[str]) -> Iterator[Any]:
     """Frames of ``chunk_ticks`` ticks of ``src`` (a faultless
-    :class:`~watchdog.sources.sim.SimSource` read every second) running ``schedule``."""
-    import pandas as pd
+    :class:`~watchdog.sources.sim.SimSource` read every second) running ``schedule``:
+    the block path's chunks (:func:`watchdog.sources.sim.fast.chunks`) with the
+    schedule's states, which never go back to the scalar path."""
+    def no_scalar(_remaining_s: float) -> Iterator[Any]:
+        raise RuntimeError("the schedule drove a GPU to its thermal limit")
 
-    n_ticks = int(duration / fast.DT + 1e-9)
-    n = src.n
-    uuids = np.array(src.uuids, dtype=object)
-    keep: list[str] | None = None
-    i = 0
-    while i < n_ticks:
-        count = min(chunk_ticks, n_ticks - i)
-        vals = fast.block(src, i, count, states=schedule.states)
-        if vals is None:
-            raise RuntimeError("the schedule drove a GPU to its thermal limit")
-        data: dict[str, Any] = {"ts": np.repeat(vals["ts"], n),
-                                "uuid": np.tile(uuids, count),
-                                "index": np.tile(np.arange(n, dtype=np.int64), count),
-                                "lost": np.zeros(count * n, dtype=bool)}
-        if keep is None:
-            keep = [x for x in names if x in vals and not np.isnan(vals[x]).all()]
-        for name in keep:
-            data[name] = vals[name].reshape(-1)
-        frame = pd.DataFrame(data)
-        frame["uuid"] = frame["uuid"].astype(str)
+    for frame, _xids in fast.chunks(src, duration, chunk_ticks, names, no_scalar,
+                                    states=schedule.states):
         yield frame
-        i += count
 
 
 def simulate_schedule(gpus: int, model: str, seed: int, hours: float,
