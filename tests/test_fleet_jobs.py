@@ -149,6 +149,20 @@ def test_id_file_is_re_read_as_a_scheduler_writes_and_removes_it(tmp_path: Path)
     assert t.gpu_job("A").id == "4242"
 
 
+def test_an_id_file_that_is_a_fifo_or_a_folder_is_a_problem_not_a_hang(tmp_path: Path) -> None:
+    """input: a FIFO (no writer) or a folder at id_file is said once and never blocks the
+    tick: the node's own reading stands."""
+    import os
+
+    for make in ("fifo", "dir"):
+        f = tmp_path / make
+        os.mkfifo(f) if make == "fifo" else f.mkdir()
+        t = JobTracker(JobConfig(id_file=str(f)))
+        t.observe(0.0, [_s("A", 0, SLURM)])
+        assert t.gpu_job("A").id == "4242"
+        assert t.problem == f"job.id_file {f}: not a regular file"
+
+
 def test_the_tee_feeds_the_tracker_and_the_recorder_and_the_status() -> None:
     class Rec:
         def __init__(self) -> None:

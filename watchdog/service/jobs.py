@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import os
 import re
+import stat
 import threading
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -167,8 +168,15 @@ class JobTracker:
         assert self.config is not None and self.config.id_file is not None
         self._file_at = now
         try:
-            with open(self.config.id_file, "rb") as f:
+            # non-blocking and regular files only: a FIFO or a device put there must not
+            # hold the tick thread
+            fd = os.open(self.config.id_file, os.O_RDONLY | os.O_NONBLOCK)
+            with os.fdopen(fd, "rb") as f:
+                if not stat.S_ISREG(os.fstat(f.fileno()).st_mode):
+                    raise IsADirectoryError(self.config.id_file)
                 text = f.read(4096).decode(errors="replace")
+        except IsADirectoryError:
+            job, problem = None, f"job.id_file {self.config.id_file}: not a regular file"
         except OSError:
             job, problem = None, None  # no file: no job from the scheduler right now
         else:
