@@ -100,7 +100,7 @@ KNOWN = 4  # normals remembered (the fitted model's own counts as one)
 # a healthy GPU without throttle reasons runs at its maximum clock and its HBM at its
 # own clock whatever the job (so a fault there is never learned as a new normal)
 NO_SHIFT = frozenset(("own_temp", "peer_temp_drift", "sm_clock_unexplained", "mem_clock_frac",
-                      "peer_mem_clock"))
+                      "peer_mem_clock", "peer_util_drops"))
 THERMAL_PEERS = ("peer_temp", "peer_temp_slope", "peer_temp_drift")  # follow power
 REASONS = frozenset(("frac_locked", "frac_power_cap", "frac_sync_boost", "frac_thermal",
                      "frac_hw_slowdown"))  # features that are a throttle the rules name
@@ -172,25 +172,19 @@ class Gate:
         and the GPUs not to judge at ``t`` (a rule holds them, a grace or a re-learning
         runs, or the node departs together)."""
         busy = F.valid_rows(feats[None])[0]
-        gap = self.last_t is not None and t - self.last_t >= IDLE_GAP_S
-        self.last_t = t
-        skip: set[str] = set(engaged)
-        for g, u in enumerate(uuids):
-            self._transitions(t, u, bool(busy[g]), u in engaged, gap)
-        raw, scores, pausing = self._adjust(t, uuids, feats, scores, busy)
-        skip |= pausing
+        raw, pausing, grace = self.transit(t, uuids, feats, busy, engaged)
+        if raw is not feats:  # peers re-taken among the job's GPUs: score that
+            scores = self._score(raw, busy)
+        skip: set[str] = set(engaged) | pausing | grace
         feats, scores = self._apply(uuids, raw, scores, self.current)
         thr = self.model.threshold
         judged = [g for g, u in enumerate(uuids) if busy[g] and u not in engaged]
-        for g in judged:
-            if self._in_grace(t, uuids[g], raw[g]):
-                skip.add(uuids[g])
         if self.relearn is not None:
             steady = [g for g in judged if uuids[g] not in skip]  # no grace, no checkpoint
-            settling = self.relearn.uuids
-            skip |= settling
             self._collect(t, uuids, raw, steady)
-            judged = [g for g in judged if uuids[g] not in settling]
+        if self.relearn is not None:
+            skip |= self.relearn.uuids
+            judged = [g for g in judged if uuids[g] not in self.relearn.uuids]
         above = [g for g in judged if scores[g] > thr]
         if len(judged) >= 2 and 2 * len(above) > len(judged):
             feats, scores, skip = self._node_departs(t, uuids, raw, feats, scores, judged,
@@ -226,11 +220,25 @@ class Gate:
                 self._remember(uuids[g], raw[g])
         return self._for_runner(feats, raw), scores, skip
 
-    def _adjust(self, t: float, uuids: Sequence[str], feats: np.ndarray,
-                scores: np.ndarray, busy: np.ndarray
-                ) -> tuple[np.ndarray, np.ndarray, set[str]]:
-        """The window as the model should see it, its scores, and the GPUs of a job in a
-        checkpoint.
+    def transit(self, t: float, uuids: Sequence[str], feats: np.ndarray, busy: np.ndarray,
+                engaged: set[str] | frozenset[str]
+                ) -> tuple[np.ndarray, set[str], set[str]]:
+        """The transitions part of :meth:`step`, which needs no model: the window with
+        the peers taken among the job's GPUs, the GPUs of a job in a checkpoint, and the
+        busy GPUs in a grace (start-up, warm-up, after a checkpoint, recovery after a
+        rule)."""
+        gap = self.last_t is not None and t - self.last_t >= IDLE_GAP_S
+        self.last_t = t
+        for g, u in enumerate(uuids):
+            self._transitions(t, u, bool(busy[g]), u in engaged, gap)
+        raw, pausing = self._adjust(t, uuids, feats, busy)
+        grace = {u for g, u in enumerate(uuids)
+                 if busy[g] and u not in engaged and self._in_grace(t, u, raw[g])}
+        return raw, pausing, grace
+
+    def _adjust(self, t: float, uuids: Sequence[str], feats: np.ndarray, busy: np.ndarray
+                ) -> tuple[np.ndarray, set[str]]:
+        """The window as the model should see it and the GPUs of a job in a checkpoint.
 
         * **Peers among the job's GPUs.** :mod:`features` compares a GPU with the median
           of every GPU of the node: right while one job holds them all (what the model
@@ -286,9 +294,7 @@ class Gate:
         if stale:
             out = out.copy() if out is feats else out
             out[stale, F.INDEX["peer_temp_drift"]] = np.nan
-        if out is feats:
-            return feats, scores, pausing
-        return out, self._score(out, busy), pausing
+        return out, pausing
 
     @staticmethod
     def _for_runner(feats: np.ndarray, raw: np.ndarray) -> np.ndarray:
@@ -491,17 +497,17 @@ class Gate:
     def _remember(self, u: str, row: np.ndarray) -> None:
         """A judged, normal window: the GPU's reference (util, memory) follows it."""
         st = self.gpus[u]
-        util, mem = float(row[F.INDEX["util_mean"]]), float(row[F.INDEX["mem_ratio"]])
-        power = float(row[F.INDEX["power_frac"]])
-        if math.isnan(util) or math.isnan(mem) or math.isnan(power):
-            return
+        now = (float(row[F.INDEX["util_mean"]]), float(row[F.INDEX["mem_ratio"]]),
+               float(row[F.INDEX["power_frac"]]))
         st.after_gap = False
         if st.ref is None:
-            st.ref = (util, mem, power)
-        else:
-            a = REF_ALPHA
-            st.ref = ((1 - a) * st.ref[0] + a * util, (1 - a) * st.ref[1] + a * mem,
-                      (1 - a) * st.ref[2] + a * power)
+            st.ref = now
+            return
+        # a metric the log lacks stays NaN (a log without memory: no evidence from it);
+        # one that comes and goes keeps its last level
+        a = REF_ALPHA
+        st.ref = tuple(n if math.isnan(r) else r if math.isnan(n) else (1 - a) * r + a * n
+                       for r, n in zip(st.ref, now, strict=True))  # type: ignore[assignment]
 
     def _known(self, uuids: Sequence[str], raw: np.ndarray, judged: list[int]
                ) -> tuple[np.ndarray, np.ndarray] | None:
@@ -543,15 +549,18 @@ class Gate:
                 slopes.append(abs(raw[g][F.INDEX["temp_slope"]]))
         age = t - rl.since
         settled = not slopes or np.nanmedian(slopes) <= SETTLED_C_PER_MIN
-        if age < WARM_MIN_S or (not settled and age < GRACE_MAX_S):
+        if age < WARM_MIN_S:
             return
         if min((len(w) for w in rl.windows.values()), default=0) < MIN_SETTLE_WINDOWS:
             if age >= GIVE_UP_S:  # the GPUs went idle: nothing to learn, the old normal
                 self.relearn = None
             return
+        if not settled and age < GRACE_MAX_S:
+            return
         self._learn(t, rl)
 
     def _learn(self, t: float, rl: _Relearn) -> None:
+        """The new normal from the settled windows (see the module docs)."""
         rows = {u: np.stack(list(w)) for u, w in rl.windows.items()}
         lo, hi = self.model.lo, self.model.hi
         fill = self.model.fill
@@ -664,3 +673,4 @@ class Gate:
         return {"workload_changed_at": self.workload_changed_at,
                 "workload_change": self.workload_change,
                 "relearning": self.relearn is not None}
+
