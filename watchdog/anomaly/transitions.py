@@ -172,7 +172,7 @@ class Gate:
         and the GPUs not to judge at ``t`` (a rule holds them, a grace or a re-learning
         runs, or the node departs together)."""
         busy = F.valid_rows(feats[None])[0]
-        raw, pausing, grace = self.transit(t, uuids, feats, busy, engaged)
+        raw, pausing, grace = self._transit(t, uuids, feats, busy, engaged)
         if raw is not feats:  # peers re-taken among the job's GPUs: score that
             scores = self._score(raw, busy)
         skip: set[str] = set(engaged) | pausing | grace
@@ -181,10 +181,10 @@ class Gate:
         judged = [g for g, u in enumerate(uuids) if busy[g] and u not in engaged]
         if self.relearn is not None:
             steady = [g for g in judged if uuids[g] not in skip]  # no grace, no checkpoint
+            settling = self.relearn.uuids
+            skip |= settling
             self._collect(t, uuids, raw, steady)
-        if self.relearn is not None:
-            skip |= self.relearn.uuids
-            judged = [g for g in judged if uuids[g] not in self.relearn.uuids]
+            judged = [g for g in judged if uuids[g] not in settling]
         above = [g for g in judged if scores[g] > thr]
         if len(judged) >= 2 and 2 * len(above) > len(judged):
             feats, scores, skip = self._node_departs(t, uuids, raw, feats, scores, judged,
@@ -220,13 +220,12 @@ class Gate:
                 self._remember(uuids[g], raw[g])
         return self._for_runner(feats, raw), scores, skip
 
-    def transit(self, t: float, uuids: Sequence[str], feats: np.ndarray, busy: np.ndarray,
+    def _transit(self, t: float, uuids: Sequence[str], feats: np.ndarray, busy: np.ndarray,
                 engaged: set[str] | frozenset[str]
                 ) -> tuple[np.ndarray, set[str], set[str]]:
-        """The transitions part of :meth:`step`, which needs no model: the window with
-        the peers taken among the job's GPUs, the GPUs of a job in a checkpoint, and the
-        busy GPUs in a grace (start-up, warm-up, after a checkpoint, recovery after a
-        rule)."""
+        """The transitions part of :meth:`step`: the window with the peers taken among the
+        job's GPUs, the GPUs of a job in a checkpoint, and the busy GPUs in a grace
+        (start-up, warm-up, after a checkpoint, recovery after a rule)."""
         gap = self.last_t is not None and t - self.last_t >= IDLE_GAP_S
         self.last_t = t
         for g, u in enumerate(uuids):
@@ -549,13 +548,11 @@ class Gate:
                 slopes.append(abs(raw[g][F.INDEX["temp_slope"]]))
         age = t - rl.since
         settled = not slopes or np.nanmedian(slopes) <= SETTLED_C_PER_MIN
-        if age < WARM_MIN_S:
+        if age < WARM_MIN_S or (not settled and age < GRACE_MAX_S):
             return
         if min((len(w) for w in rl.windows.values()), default=0) < MIN_SETTLE_WINDOWS:
             if age >= GIVE_UP_S:  # the GPUs went idle: nothing to learn, the old normal
                 self.relearn = None
-            return
-        if not settled and age < GRACE_MAX_S:
             return
         self._learn(t, rl)
 
@@ -673,4 +670,3 @@ class Gate:
         return {"workload_changed_at": self.workload_changed_at,
                 "workload_change": self.workload_change,
                 "relearning": self.relearn is not None}
-
