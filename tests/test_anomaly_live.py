@@ -65,7 +65,7 @@ def _daemon_refits(tmp_path, coarse: bool, minutes: float) -> tuple[object, floa
                          uuids=g.uuids)
     model = copy.deepcopy(model)
     c = model.calibration
-    c["holdout_max"] = c["in_sample_q"] + (1.0 if coarse else 0.0)
+    c["holdout_max"] = c["holdout_held"] = c["in_sample_q"] + (1.0 if coarse else 0.0)
     assert train.coarse(model) == coarse
     tmp_path.mkdir()
     path = tmp_path / "anomaly-sim.wdm"

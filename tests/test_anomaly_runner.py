@@ -75,3 +75,21 @@ def test_explanation_names_observed_and_normal_in_units() -> None:
     text = explain.sentence(5, row, top, peers)
     assert text.startswith("GPU 5: temperature")
     assert "its peers sit at" in text and "airflow" in text
+
+
+def test_a_coarse_fit_is_calibrated_on_what_the_held_out_part_held_as_the_runner_pages() -> None:
+    """The level a GPU held in 4 of 6 consecutive 10 s checks, not its single highest
+    window: a 20 s blip (two checks) does not count, a level held 40 s does, and the
+    checks of two GPUs are never mixed."""
+    tick = np.arange(0, 600, 5)  # every 5 s at a 1 s grid: checks are every other row
+    calm = np.full(len(tick), 0.5)
+    blip = calm.copy()
+    blip[(tick >= 300) & (tick < 320)] = 1.5  # two checks
+    assert train.persistent(blip, tick, np.zeros(len(tick), int), 1.0) == 0.5
+    held = calm.copy()
+    held[(tick >= 300) & (tick < 340)] = 1.5  # four checks
+    assert train.persistent(held, tick, np.zeros(len(tick), int), 1.0) == 1.5
+    # the same four checks split between two GPUs (two each): no GPU held it
+    both = np.concatenate([blip, np.where((tick >= 320) & (tick < 340), 1.5, 0.5)])
+    gpu = np.repeat([0, 1], len(tick))
+    assert train.persistent(both, np.concatenate([tick, tick]), gpu, 1.0) == 0.5
