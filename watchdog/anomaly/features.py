@@ -36,6 +36,9 @@ Features (:data:`FEATURES`, order fixed by :data:`FEATURE_SCHEMA`; units in brac
   the noise of a healthy one's jitter (up to 7 shallow drops a minute more than its
   peers on a simulated A100 node). Real drops are mostly deep: 176 of the 209 drops of
   more than 10 points in the three nanoGPT logs are of more than 25. Schema 4 changed it.
+  A GPU alone (a 1-GPU node) has no peers at work, whose rate is 0: its own rate (schema
+  5; 0 before, which left a 1-GPU node's bursts to ``util_std``, where a job's own
+  swings hide them).
 * ``own_temp`` [C]: the GPU's temperature against its OWN training baseline at this
   power, beyond its peers' (see :mod:`watchdog.anomaly.baseline`). It needs the model's
   per-GPU lines, so :func:`compute` leaves it NaN and the model fills it
@@ -63,7 +66,7 @@ import numpy as np
 
 from watchdog import reasons as R
 
-FEATURE_SCHEMA = 4  # bump when a feature's meaning, unit or order changes
+FEATURE_SCHEMA = 5  # bump when a feature's meaning, unit or order changes
 WINDOW_S = 60.0
 LOOKBACK_S = 600.0  # history of peer_temp_drift
 DROP_POINTS = 25.0  # a utilization drop peer_util_drops counts [points of %]
@@ -267,8 +270,8 @@ def compute(grid: Grid, window: float = WINDOW_S, *, mask_dead: bool = True) -> 
     prev = np.vstack([util[:1], util[:-1]])
     drops = np.where(np.isnan(util) | np.isnan(prev), np.nan, (prev - util) > DROP_POINTS)
     rate = rolling_mean(drops, w) * (60.0 / grid.step)
-    if G < 2:
-        put("peer_util_drops", np.where(np.isnan(rate), np.nan, 0.0))
+    if G < 2:  # no peers at work, whose rate is 0: its own (a 1-GPU node's bursts)
+        put("peer_util_drops", rate)
     else:
         put("peer_util_drops", rate - row_median(rate))
     if mask_dead:
