@@ -187,6 +187,37 @@ def test_a_warm_up_after_an_idle_gap_and_a_checkpoint_get_their_grace() -> None:
     assert not any(u in skips[times.index(2300.0)] for u in uuids)  # judged in between
 
 
+def test_a_gpu_lagging_behind_its_power_step_is_not_judged_on_its_temperature() -> None:
+    """Its power stepped up by a third of its limit within 3 min and its temperature
+    climbs towards it at +7 C/min: the temperature and its trend follow the power (each
+    GPU at its own time constant) and read as normal, whatever trends the fit saw. The
+    same climb at unchanged power, above its own line (a drift, a failing fan), is
+    judged, and so is the power itself."""
+    model, uuids, row = _steady()
+    k_temp, k_pow = F.INDEX["temp_slope"], F.INDEX["power_frac"]
+    row = row.copy()
+    row[:, k_temp] = 0.0  # settled
+    times = [1000.0 + 10 * k for k in range(40)]
+
+    def judged(x: np.ndarray) -> np.ndarray:
+        gate = T.Gate(model)
+        _walk(gate, [(t, row, set()) for t in times])
+        s = model.scores(np.where(np.isnan(x), model.fill, x))
+        return gate.step(1400.0, uuids, x, s, set())[0]
+
+    stepped = row.copy()
+    stepped[0, k_pow] += 0.33
+    stepped[0, k_temp] = 7.0
+    f = judged(stepped)
+    assert np.isnan(f[0, k_temp]) and np.isnan(f[0, F.INDEX["temp_mean"]])
+    assert f[0, k_pow] == stepped[0, k_pow]  # the power itself is judged
+    assert not np.isnan(f[1, k_temp])  # its peers, no step: as they are
+    drift = row.copy()
+    drift[0, k_temp] = 7.0
+    drift[0, F.INDEX["temp_mean"]] += 10.0  # above its own line, moving away from it
+    assert judged(drift)[0, k_temp] == 7.0
+
+
 def test_the_recovery_after_a_rule_incident_is_not_judged() -> None:
     model, uuids, row = _steady()
     times = [1000.0 + 10 * k for k in range(120)]

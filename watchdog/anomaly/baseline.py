@@ -71,6 +71,20 @@ def fit(feats: np.ndarray, ok: np.ndarray) -> np.ndarray:
     return out
 
 
+def lagging(feats: np.ndarray, lines: np.ndarray) -> np.ndarray:
+    """``(G,)`` bool of ``(G, F)`` features: the GPUs whose temperature is settling back
+    towards their own line after a power change (:func:`_settling`), the line taken at
+    any power (only its side matters here: after a step beyond the fitted span the GPU
+    is still far below or above it). NaN lines, and lines not rising with power: False."""
+    temp = feats[:, F.INDEX["temp_mean"]]
+    power = feats[:, F.INDEX["power_frac"]]
+    r = temp - (lines[:, 0] + lines[:, 1] * power)
+    # only a line rising with power says which side of it a lag lies on (a flat or
+    # falling one was fitted on too narrow a span)
+    rising = np.nan_to_num(lines[:, 1]) >= MIN_SLOPE
+    return _settling(r, feats[:, F.INDEX["temp_slope"]]) & rising
+
+
 def _settling(r: np.ndarray, slope: np.ndarray) -> np.ndarray:
     """Where a GPU ``r`` C from its line (``(...)``) is moving back towards it at
     :data:`SETTLING_C_PER_MIN` or faster (``slope``, C/min): thermal lag after a power

@@ -24,6 +24,11 @@ replay and the live agent take the same decisions (``tests/test_anomaly_stage.py
   :class:`~watchdog.detect.engaged.EngagedTimeline`): as after start-up, from
   :data:`RECOVERY_MIN_S`.
 
+**Thermal lag.** A GPU whose power stepped by :data:`LAG_STEP` of its limit in the last
+:data:`LAG_S` and whose temperature moves the same way, or one settling back towards its
+own rising thermal line, is judged without its temperature and trend (:data:`LAG`, read
+as normal): they follow the power at the GPU's own time constant.
+
 **Workload changes.** A job moves every GPU of the node together; a fault moves one.
 
 * With two or more busy GPUs: when more than half of them score over the threshold in
@@ -74,6 +79,7 @@ from typing import Any
 
 import numpy as np
 
+from watchdog.anomaly import baseline
 from watchdog.anomaly import features as F
 
 IDLE_GAP_S = 300.0  # an idle spell this long (s) ends in a warm-up, a shorter one is a checkpoint
@@ -102,6 +108,12 @@ KNOWN = 4  # normals remembered (the fitted model's own counts as one)
 NO_SHIFT = frozenset(("own_temp", "peer_temp_drift", "sm_clock_unexplained", "mem_clock_frac",
                       "peer_mem_clock", "peer_util_drops"))
 THERMAL_PEERS = ("peer_temp", "peer_temp_slope", "peer_temp_drift")  # follow power
+# what a GPU's temperature lagging behind a power step moves (read as normal then)
+LAG = ("temp_mean", "temp_slope", "peer_temp", "peer_temp_slope")
+LAG_S = 180.0  # a power step this recent (s: 3 thermal time constants) can still move temperature
+LAG_WINDOWS = 19  # windows of power kept for it (LAG_S at one window every 10 s)
+LAG_STEP = 0.05  # a power change of this fraction of the limit is a step
+LAG_C_PER_MIN = 0.5  # a temperature trend this fast (C/min) towards a step: the lag
 REASONS = frozenset(("frac_locked", "frac_power_cap", "frac_sync_boost", "frac_thermal",
                      "frac_hw_slowdown"))  # features that are a throttle the rules name
 STAND_OUT = 0.15  # a GPU over the threshold must score this much over its peers' median
@@ -128,6 +140,8 @@ class _Gpu:
     ref: tuple[float, float, float] | None = None  # (util %, memory, power) of its normal
     moved: int = 0  # windows in a row over the threshold with its own work changed
     drift_from: float = -math.inf  # its last grace began here: the drift's look-back is stale
+    powers: deque[tuple[float, float]] = field(
+        default_factory=lambda: deque(maxlen=LAG_WINDOWS))  # (t, power_frac) lately
 
 
 @dataclass
@@ -173,17 +187,22 @@ class Gate:
         runs, or the node departs together)."""
         busy = F.valid_rows(feats[None])[0]
         raw, pausing, grace = self._transit(t, uuids, feats, busy, engaged)
-        if raw is not feats:  # peers re-taken among the job's GPUs: score that
-            scores = self._score(raw, busy)
+        real = raw  # the transitions and the re-learning see the real trends
+        raw = self._lag(uuids, raw)
+        if real is not feats:  # peers re-taken among the job's GPUs: score that
+            scores = self._score(real, busy)
         skip: set[str] = set(engaged) | pausing | grace
-        feats, scores = self._apply(uuids, raw, scores, self.current)
+        # a lag is no fault, but the departure it is part of may be a new job's
+        _f, s_real = self._apply(uuids, real, scores, self.current)
+        feats, scores = (_f, s_real) if raw is real else self._apply(uuids, raw, None,
+                                                                     self.current)
         thr = self.model.threshold
         judged = [g for g, u in enumerate(uuids) if busy[g] and u not in engaged]
         if self.relearn is not None:
             steady = [g for g in judged if uuids[g] not in skip]  # no grace, no checkpoint
             settling = self.relearn.uuids
             skip |= settling
-            self._collect(t, uuids, raw, steady)
+            self._collect(t, uuids, real, steady)
             judged = [g for g in judged if uuids[g] not in settling]
         above = [g for g in judged if scores[g] > thr]
         if len(judged) >= 2 and 2 * len(above) > len(judged):
@@ -206,7 +225,8 @@ class Gate:
                 if alt is not None:
                     feats, scores = alt
                     above = [g for g in above if scores[g] > thr]
-            skip |= self._moved(t, uuids, raw, above, solo=len(judged) == 1)
+            moved = sorted(set(above) | {g for g in judged if s_real[g] > thr})
+            skip |= self._moved(t, uuids, raw, moved, solo=len(judged) == 1)
             skip |= self._not_alone(uuids, scores, judged, above)
             skip |= self._throttled(uuids, feats, above)
             if len(judged) >= 2:
@@ -294,6 +314,45 @@ class Gate:
             out = out.copy() if out is feats else out
             out[stale, F.INDEX["peer_temp_drift"]] = np.nan
         return out, pausing
+
+    def _lag(self, uuids: Sequence[str], raw: np.ndarray) -> np.ndarray:
+        """``raw`` with :data:`LAG` read as normal (NaN) on the GPUs :meth:`_lagging`
+        (a copy where any is; the transitions and the re-learning keep the real trend:
+        they ask whether the GPU has settled)."""
+        lag = self._lagging(uuids, raw)
+        if not lag.any():
+            return raw
+        out = raw.copy()
+        out[np.ix_(lag, [F.INDEX[f] for f in LAG])] = np.nan
+        return out
+
+    def _lagging(self, uuids: Sequence[str], feats: np.ndarray) -> np.ndarray:
+        """``(G,)``: GPUs whose temperature settles back towards their own thermal line
+        after a power change (:func:`baseline.lagging`). Their temperature and its trend
+        (:data:`LAG`) follow the power step, at their own time constant: physics, read as
+        normal. A job whose power steps are larger than the fit's first job's (a phase
+        switch of 0.47 -> 0.83 of the limit on a GPU fitted on a job at 0.41: +7.8 C/min,
+        beyond every trend the fit saw) paged "temperature trend +7.8 C/min" at every
+        switch (28 false anomalies on one 1-GPU node of the week's stream, seed 9). A
+        fault moves a GPU away from its line (a drift: above it and rising), never back
+        towards it; the power fault itself still shows in the power features."""
+        out = np.zeros(len(uuids), bool)
+        pf = feats[:, F.INDEX["power_frac"]]
+        slope = feats[:, F.INDEX["temp_slope"]]
+        for g, u in enumerate(uuids):  # its power stepped lately, its temperature follows
+            st = self.gpus[u]
+            if math.isnan(pf[g]):
+                continue
+            st.powers.append((self.last_t or 0.0, float(pf[g])))
+            old = [p for tt, p in st.powers if (self.last_t or 0.0) - tt <= LAG_S]
+            step = pf[g] - old[0] if old else 0.0
+            out[g] = abs(step) >= LAG_STEP and step * slope[g] > 0 and \
+                abs(slope[g]) >= LAG_C_PER_MIN
+        coef = getattr(self.model, "base_coef", None)
+        known = getattr(self.model, "base_uuids", ())
+        if coef is not None and len(known):
+            out |= baseline.lagging(feats, baseline.lines_for(uuids, known, coef))
+        return out
 
     @staticmethod
     def _for_runner(feats: np.ndarray, raw: np.ndarray) -> np.ndarray:
