@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import warnings
+
 import numpy as np
 from anomaly_helpers import healthy_model, sim_grid
 
@@ -75,6 +77,14 @@ def test_explanation_names_observed_and_normal_in_units() -> None:
     text = explain.sentence(5, row, top, peers)
     assert text.startswith("GPU 5: temperature")
     assert "its peers sit at" in text and "airflow" in text
+    # peers lagging a power step read their temperature as NaN: no peer context, and no
+    # numpy warning on the agent's stderr (one log format)
+    lagging = peers.copy()
+    lagging[:, F.INDEX["temp_mean"]] = np.nan
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        text = explain.sentence(5, row, top, lagging)
+    assert "its peers sit at" not in text and "airflow" in text
 
 
 def test_a_coarse_fit_is_calibrated_on_what_the_held_out_part_held_as_the_runner_pages() -> None:

@@ -10,11 +10,10 @@
   windows while a rule is pending or firing on it, and for a window's length after),
   fits once every GPU has ``baseline`` of busy time (at least an hour, default 1 h) on
   a worker thread (sampling never waits for a fit), scores from then on, and refits
-  every ``refit`` (default 24 h) on the windows kept.
-  ``baseline`` lies within :data:`BASELINE_RANGE` (1 h to 30 days) and ``refit`` within
-  :data:`REFIT_RANGE` (1 h to 90 days: a fit costs seconds of CPU, so no more than one
-  an hour). The model is saved in the state directory, so a restart scores at once
-  instead of learning again.
+  every ``refit`` (default 24 h) on the windows kept. ``baseline`` lies within
+  :data:`BASELINE_RANGE` (1 h to 30 days) and ``refit`` within :data:`REFIT_RANGE` (1 h
+  to 90 days: a fit costs seconds of CPU, so no more than one an hour). The model is
+  saved in the state directory, so a restart scores at once instead of learning again.
   A coarse fit (:func:`~watchdog.anomaly.train.coarse`: its held-out part held
   something the rest had not shown, so its threshold is high) still scores, and is
   refitted as soon as another ``baseline`` of busy time is in, not a ``refit`` later.
@@ -250,8 +249,6 @@ class DaemonModel:
              now: float, uuids: list[str], busy_min: float) -> None:
         """On the worker thread: fit, save, hand over (never raises)."""
         try:
-            # what the stage's gate leaves unjudged (start-up, warm-up, checkpoints, the
-            # recovery after a rule) is left out: the model calibrates on what it judges
             model, stats = train.fit(feats, step=EVERY_S, t=t, gpu_model=gm, exclude=excl,
                                      stride=EVERY_S, uuids=uuids)
             model.step = self.interval  # the live grid the features were computed on

@@ -129,8 +129,9 @@ def sentence(gpu: int, row: np.ndarray, top: list[dict[str, Any]],
         ctx.append(f"at {temp:.0f} C" + (f" and {pf * 100:.0f}% of its power limit"
                                          if not np.isnan(pf) else ""))
         if peers is not None and len(peers):
-            pt = np.nanmedian(peers[:, F.INDEX["temp_mean"]])
-            pp = np.nanmedian(peers[:, F.INDEX["power_frac"]])
+            with F._quiet():  # peers lagging a power step read their temperature as NaN
+                pt = np.nanmedian(peers[:, F.INDEX["temp_mean"]])
+                pp = np.nanmedian(peers[:, F.INDEX["power_frac"]])
             if not np.isnan(pt):
                 ctx.append(f"its peers sit at {pt:.0f} C at {pp * 100:.0f}% power")
     text = f"GPU {gpu}: " + "; ".join(parts)

@@ -112,17 +112,17 @@ class NotEnoughData(Exception):
 
 
 def select(feats: np.ndarray, step: float, exclude: np.ndarray | None = None,
-           stride: float = STRIDE_S, gpus: bool = False) -> Any:
+           stride: float = STRIDE_S) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Training rows from ``(T, G, F)`` features: every ``stride`` s, valid, not in
-    ``exclude`` (``(T, G)`` bool, windows overlapping incidents). Returns ``(X, tick)``,
-    or ``(X, tick, gpu)`` with ``gpus``."""
+    ``exclude`` (``(T, G)`` bool, windows overlapping incidents). Returns
+    ``(X, tick, gpu)``: each row's tick and GPU column."""
     every = max(1, round(stride / step))
     ok = F.valid_rows(feats)
     if exclude is not None:
         ok &= ~exclude
     ok[np.arange(len(ok)) % every != 0] = False
     ti, gi = np.nonzero(ok)
-    return (feats[ti, gi], ti, gi) if gpus else (feats[ti, gi], ti)
+    return feats[ti, gi], ti, gi
 
 
 def persistent(scores: np.ndarray, tick: np.ndarray, gpu: np.ndarray, step: float) -> float:
@@ -157,7 +157,7 @@ def fit(feats: np.ndarray, *, step: float, t: np.ndarray, gpu_model: str,
     base_uuids: tuple[str, ...] = ()
     base_coef = None
     if uuids is not None:
-        _, ti = select(feats, step, exclude, stride)
+        _, ti, _ = select(feats, step, exclude, stride)
         if len(ti):
             tcut = np.sort(ti)[min(len(ti) - 1, int(len(ti) * (1.0 - HOLDOUT)))]
             ok = F.valid_rows(feats) & (np.arange(len(feats)) < tcut)[:, None]
@@ -168,7 +168,7 @@ def fit(feats: np.ndarray, *, step: float, t: np.ndarray, gpu_model: str,
             base_uuids = tuple(u for u, h in zip(uuids, have, strict=True) if h)
             base_coef = coef[have]
             feats = baseline.complete(feats, uuids, base_uuids, base_coef)
-    x, tick, gpu = select(feats, step, exclude, stride, gpus=True)
+    x, tick, gpu = select(feats, step, exclude, stride)
     if len(x) < min_windows:
         raise NotEnoughData(f"{len(x)} usable windows, at least {min_windows} needed")
     order = np.argsort(tick, kind="stable")

@@ -188,14 +188,15 @@ class Gate:
         busy = F.valid_rows(feats[None])[0]
         raw, pausing, grace = self._transit(t, uuids, feats, busy, engaged)
         real = raw  # the transitions and the re-learning see the real trends
-        raw = self._lag(uuids, raw)
+        raw = self._lag(t, uuids, raw)
         if real is not feats:  # peers re-taken among the job's GPUs: score that
             scores = self._score(real, busy)
         skip: set[str] = set(engaged) | pausing | grace
         # a lag is no fault, but the departure it is part of may be a new job's
-        _f, s_real = self._apply(uuids, real, scores, self.current)
-        feats, scores = (_f, s_real) if raw is real else self._apply(uuids, raw, None,
-                                                                     self.current)
+        feats, s_real = self._apply(uuids, real, scores, self.current)
+        scores = s_real
+        if raw is not real:
+            feats, scores = self._apply(uuids, raw, None, self.current)
         thr = self.model.threshold
         judged = [g for g, u in enumerate(uuids) if busy[g] and u not in engaged]
         if self.relearn is not None:
@@ -248,8 +249,11 @@ class Gate:
         (start-up, warm-up, after a checkpoint, recovery after a rule)."""
         gap = self.last_t is not None and t - self.last_t >= IDLE_GAP_S
         self.last_t = t
+        pf = feats[:, F.INDEX["power_frac"]]
         for g, u in enumerate(uuids):
             self._transitions(t, u, bool(busy[g]), u in engaged, gap)
+            if not math.isnan(pf[g]):
+                self.gpus[u].powers.append((t, float(pf[g])))
         raw, pausing = self._adjust(t, uuids, feats, busy)
         grace = {u for g, u in enumerate(uuids)
                  if busy[g] and u not in engaged and self._in_grace(t, u, raw[g])}
@@ -315,18 +319,18 @@ class Gate:
             out[stale, F.INDEX["peer_temp_drift"]] = np.nan
         return out, pausing
 
-    def _lag(self, uuids: Sequence[str], raw: np.ndarray) -> np.ndarray:
+    def _lag(self, t: float, uuids: Sequence[str], raw: np.ndarray) -> np.ndarray:
         """``raw`` with :data:`LAG` read as normal (NaN) on the GPUs :meth:`_lagging`
         (a copy where any is; the transitions and the re-learning keep the real trend:
         they ask whether the GPU has settled)."""
-        lag = self._lagging(uuids, raw)
+        lag = self._lagging(t, uuids, raw)
         if not lag.any():
             return raw
         out = raw.copy()
         out[np.ix_(lag, [F.INDEX[f] for f in LAG])] = np.nan
         return out
 
-    def _lagging(self, uuids: Sequence[str], feats: np.ndarray) -> np.ndarray:
+    def _lagging(self, t: float, uuids: Sequence[str], feats: np.ndarray) -> np.ndarray:
         """``(G,)``: GPUs whose temperature settles back towards their own thermal line
         after a power change (:func:`baseline.lagging`). Their temperature and its trend
         (:data:`LAG`) follow the power step, at their own time constant: physics, read as
@@ -340,16 +344,13 @@ class Gate:
         pf = feats[:, F.INDEX["power_frac"]]
         slope = feats[:, F.INDEX["temp_slope"]]
         for g, u in enumerate(uuids):  # its power stepped lately, its temperature follows
-            st = self.gpus[u]
             if math.isnan(pf[g]):
                 continue
-            st.powers.append((self.last_t or 0.0, float(pf[g])))
-            old = [p for tt, p in st.powers if (self.last_t or 0.0) - tt <= LAG_S]
+            old = [p for tt, p in self.gpus[u].powers if t - tt <= LAG_S]
             step = pf[g] - old[0] if old else 0.0
-            out[g] = abs(step) >= LAG_STEP and step * slope[g] > 0 and \
-                abs(slope[g]) >= LAG_C_PER_MIN
-        coef = getattr(self.model, "base_coef", None)
-        known = getattr(self.model, "base_uuids", ())
+            out[g] = (abs(step) >= LAG_STEP and step * slope[g] > 0
+                      and abs(slope[g]) >= LAG_C_PER_MIN)
+        coef, known = self.model.base_coef, self.model.base_uuids
         if coef is not None and len(known):
             out |= baseline.lagging(feats, baseline.lines_for(uuids, known, coef))
         return out
