@@ -76,6 +76,56 @@ def test_own_temp_is_a_departure_above_the_line_in_its_steady_state() -> None:
     assert np.allclose(old[..., F.INDEX["own_temp"]], 3.0)
 
 
+def test_a_steep_line_on_a_narrow_span_holds_a_quarter_of_it_beyond() -> None:
+    """Issue 19 (job stream, h100 4-GPU seed 9): lines of ~80 C per unit fitted over
+    0.30-0.41 of the limit read every GPU 1.8 C high at 0.44. A GPU's own reading holds
+    a quarter of its span beyond it (0.0275 here, under SPAN_MARGIN); its lag still
+    counts in the node's median there; and when most of the node's lag comes from such
+    readings, no GPU is read against its line (the one still inside read +1.3 C)."""
+    line = [13.0, 80.0, 0.30, 0.41]
+    one = np.array([line])
+    assert np.allclose(baseline.residual(_rows([48.0], [0.43]), one), 0.6)
+    assert np.isnan(baseline.residual(_rows([48.0], [0.44]), one)).all()
+    # GPU 0 and 2 lag 1.6 C (0.02 of power); GPU 1 is 5 C above its line besides; GPU 2
+    # sits 0.035 beyond its span: it reads NaN, its lag counts (without it GPU 1: +4.2)
+    three = np.array([line, line, line])
+    p = [0.40, 0.40, 0.445]
+    temps = [13 + 80 * v - 1.6 for v in p]
+    temps[1] += 5.0
+    got = baseline.residual(_rows(temps, p), three)[0]
+    assert np.allclose(got[:2], [0.0, 5.0]) and np.isnan(got[2])
+    # three of four beyond their spans, all reading 1.8 C high: nobody is read
+    four = np.array([line] * 4)
+    p = [0.43, 0.443, 0.444, 0.449]
+    temps = [13 + 80 * p[0] - 0.2] + [13 + 80 * v - 1.8 for v in p[1:]]
+    assert np.isnan(baseline.residual(_rows(temps, p), four)).all()
+    # two of four beyond: the lag stands (the same readings, one peer back inside)
+    p2 = [0.43, 0.443, 0.40, 0.449]
+    temps2 = [13 + 80 * v - 1.8 for v in p2]
+    got = baseline.residual(_rows(temps2, p2), four)[0]
+    assert np.allclose(got[[0, 2]], 0.0) and np.isnan(got[[1, 3]]).all()
+
+
+def test_a_flat_line_takes_its_peers_slope_through_its_own_point() -> None:
+    """A GPU whose training power spread less than MIN_SPREAD gets no slope of its own;
+    on a node it turns about its median point to its peers' median slope (issue 19:
+    flat at 45 C over 0.44-0.49, a100 2-GPU seed 9 read +1.0 C at 0.487 where the GPU
+    sat on a 69 C-per-unit line). Alone, it stays flat."""
+    p_wide = np.linspace(0.36, 0.49, 50)
+    p_narrow = np.linspace(0.44, 0.48, 50)
+    feats = np.concatenate([_rows([15 + 69 * b, 46 + 69 * (a - 0.46)], [b, a])
+                            for a, b in zip(p_narrow, p_wide, strict=True)])
+    coef = baseline.fit(feats, np.ones(feats.shape[:2], dtype=bool))
+    assert np.allclose(coef[0], [15, 69, 0.36, 0.49])
+    assert np.allclose(coef[1, :2], [46 - 69 * 0.46, 69]) and np.allclose(coef[1, 2:],
+                                                                        [0.44, 0.48])
+    # at the top of its span, on the line: 0 (the flat line read +1.4 C)
+    at = _rows([15 + 69 * 0.48, 46 + 69 * 0.02], [0.48, 0.48])
+    assert np.allclose(baseline.residual(at, coef), 0.0)
+    alone = baseline.fit(feats[:, 1:], np.ones((feats.shape[0], 1), dtype=bool))
+    assert alone[0, 1] == 0.0 and np.isclose(alone[0, 0], 46.0, atol=0.1)
+
+
 def test_the_baseline_travels_in_the_model_file(tmp_path: Path) -> None:
     model = healthy_model()
     assert len(model.base_uuids) == 4 and model.base_coef is not None
