@@ -383,3 +383,43 @@ def test_memory_used_moved_by_a_few_percent_of_the_gpu_is_a_new_job() -> None:
         x = row[0].copy()
         x[F.INDEX["mem_ratio"]] = ref[1] + step
         assert gate._evidence(uuids[0], x) is moved, step
+
+
+def test_a_gpu_alone_back_at_a_phase_its_job_held_is_judged_only_past_it() -> None:
+    """A GPU working alone whose job switches between a heavy and a light phase at the
+    same utilization and memory: its first light phase departs and is judged (nothing
+    tells it from a slowdown yet); back at that level after the heavy phase, it is a
+    phase of its job and not judged, until it lasts longer than the phase ever did
+    (plus PHASE_SLACK_S): a slowdown at that level still pages. A drift (own_temp out
+    of range) at that level is judged at once."""
+    model, uuids, row = _steady()
+    one, u = row[:1].copy(), uuids[:1]
+    one[0, F.INDEX["temp_slope"]] = 0.0
+    k = F.INDEX["power_frac"]
+    light = one.copy()
+    light[0, k] = float(model.lo[k]) - 0.06  # below the training range, furthest out
+    drift = light.copy()
+    drift[0, F.INDEX["own_temp"]] = float(model.hi[F.INDEX["own_temp"]]) + 20.0
+
+    def walk(plan: list[tuple[np.ndarray, float]]) -> list[tuple[float, float, bool]]:
+        """(age in its stay, score judged, judged) of each window of the plan's last
+        stay; the light phase and the drift score over the threshold, the heavy under."""
+        gate, t, out = T.Gate(model), 0.0, []
+        for x, secs in plan:
+            start, out = t, []
+            while t < start + secs:
+                s = np.array([model.threshold + (0.2 if x is not one else -0.3)])
+                _f, got, skip = gate.step(t, u, x, s, set())
+                out.append((t - start, float(got[0]), u[0] not in skip))
+                t += 10.0
+        return out
+
+    first = walk([(one, 800), (light, 180)])
+    assert all(judged and s > model.threshold for _a, s, judged in first[1:])
+    again = walk([(one, 800), (light, 180), (one, 120), (light, 400)])
+    over = [(age, judged) for age, s, judged in again if s > model.threshold]
+    assert len(over) >= len(again) - 2
+    assert not any(judged for age, judged in over if age <= 180 + T.PHASE_SLACK_S)
+    assert all(judged for age, judged in over if age > 180 + T.PHASE_SLACK_S + 10)
+    hot = walk([(one, 800), (light, 180), (one, 120), (drift, 60)])
+    assert all(judged and s > model.threshold for _a, s, judged in hot[1:])

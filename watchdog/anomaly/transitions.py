@@ -121,6 +121,10 @@ SPIN_FRAC = 0.3  # a working GPU under this fraction of its power limit spins in
 MEMBER_MEM = 0.1  # a GPU holding this fraction of its memory belongs to a job
 POWER_UP = 0.15  # alone, power this much (of its limit) over its normal: a heavier phase
 REF_ALPHA = 0.1  # weight of a new normal window in a GPU's reference (util, memory)
+PHASE_TOL = 0.05  # of the power limit: windows this near a stay's first power hold its level
+PHASE_MIN_S = 60.0  # a level held this long (s) and left is a phase of the job (not a ramp)
+PHASE_SLACK_S = 120.0  # a phase may last this much (s) longer than its longest stay so far
+PHASES = 16  # phases (level, longest stay) remembered per GPU
 
 Normal = dict[str, np.ndarray]  # uuid -> (F,) feature offsets
 
@@ -142,6 +146,9 @@ class _Gpu:
     drift_from: float = -math.inf  # its last grace began here: the drift's look-back is stale
     powers: deque[tuple[float, float]] = field(
         default_factory=lambda: deque(maxlen=LAG_WINDOWS))  # (t, power_frac) lately
+    stay: tuple[float, float] | None = None  # (power_frac, since): the level it holds now
+    phases: deque[tuple[float, float]] = field(
+        default_factory=lambda: deque(maxlen=PHASES))  # (power_frac, s) held and left
 
 
 @dataclass
@@ -226,6 +233,7 @@ class Gate:
                 if alt is not None:
                     feats, scores = alt
                     above = [g for g in above if scores[g] > thr]
+                skip |= self._phase(t, uuids, feats, above)
             moved = sorted(set(above) | {g for g in judged if s_real[g] > thr})
             skip |= self._moved(t, uuids, raw, moved, solo=len(judged) == 1)
             skip |= self._not_alone(uuids, scores, judged, above)
@@ -254,6 +262,8 @@ class Gate:
             self._transitions(t, u, bool(busy[g]), u in engaged, gap)
             if not math.isnan(pf[g]):
                 self.gpus[u].powers.append((t, float(pf[g])))
+                if busy[g]:
+                    self._hold(self.gpus[u], t, float(pf[g]))
         raw, pausing = self._adjust(t, uuids, feats, busy)
         grace = {u for g, u in enumerate(uuids)
                  if busy[g] and u not in engaged and self._in_grace(t, u, raw[g])}
@@ -399,6 +409,18 @@ class Gate:
         st.grace_from, st.grace_min, st.grace_fixed, st.grace_why = t, minimum, fixed, why
         if not fixed:
             st.drift_from = t
+            st.stay, st.phases = None, deque(maxlen=PHASES)  # another process: no phases
+
+    @staticmethod
+    def _hold(st: _Gpu, t: float, power: float) -> None:
+        """A busy window's power: the level the GPU holds goes on, or a stay of
+        :data:`PHASE_MIN_S` or more ends and is remembered as a phase of its job (idle
+        windows, a checkpoint, do not end it)."""
+        if st.stay is not None and abs(power - st.stay[0]) <= PHASE_TOL:
+            return
+        if st.stay is not None and t - st.stay[1] >= PHASE_MIN_S:
+            st.phases.append((st.stay[0], t - st.stay[1]))
+        st.stay = (power, t)
 
     def _in_grace(self, t: float, u: str, row: np.ndarray) -> bool:
         st = self.gpus[u]
@@ -514,6 +536,36 @@ class Gate:
                 out.add(uuids[g])
         return out
 
+    def _phase(self, t: float, uuids: Sequence[str], feats: np.ndarray, above: list[int]
+               ) -> set[str]:
+        """GPUs working alone, over the threshold at a power level their job held before
+        (within :data:`PHASE_TOL`, for :data:`PHASE_MIN_S` or more) and left on its own,
+        for no longer than the longest such stay plus :data:`PHASE_SLACK_S`, whose
+        furthest feature out of the training range is a level of the work (not one of
+        :data:`NO_SHIFT`, health and physics): a phase of the job, not judged.
+
+        Why: alone, a job switching between a heavy and a light phase at the same
+        utilization and memory looks like a power fault on each switch, and the re-
+        learning saw one phase (a100 1-GPU seed 9 of the week's stream: 0.92 and 0.61 of
+        the limit, 7 false "power 61 % (normal 48 %)"). A slowdown at such a level still
+        pages once it lasts longer than the phase ever did; a drift shows in
+        ``own_temp`` and is judged at once."""
+        lo, hi, unit = self.model.lo, self.model.hi, self.model.unit
+        out = set()
+        for g in above:
+            st = self.gpus[uuids[g]]
+            if st.stay is None or lo is None or hi is None or unit is None:
+                continue
+            level, since = st.stay
+            held = [d for p, d in st.phases if abs(p - level) <= PHASE_TOL]
+            if not held or t - since > max(held) + PHASE_SLACK_S:
+                continue
+            x = np.where(np.isnan(feats[g]), self.model.fill, feats[g])
+            over = np.maximum(lo - x, x - hi) / unit
+            if F.FEATURES[int(np.argmax(over))] not in NO_SHIFT:
+                out.add(uuids[g])
+        return out
+
     def _evidence(self, u: str, row: np.ndarray, alone: bool = False) -> bool:
         """Whether the GPU's work changed, not only its power: memory used or utilization
         moved against its normal, or (``alone``: the only GPU at work, no peers to
@@ -590,7 +642,8 @@ class Gate:
             gpus = gpus | self.relearn.uuids
         self.relearn = _Relearn(t, gpus, why)
         for u in gpus:
-            self.gpus[u].drift_from = t
+            st = self.gpus[u]
+            st.drift_from, st.stay, st.phases = t, None, deque(maxlen=PHASES)
         self.consensus = 0
         self.events.append((t, f"the workload changed: {why}; not judged while it settles "
                                f"({WARM_MIN_S:.0f}-{GRACE_MAX_S:.0f} s), then judged "
