@@ -126,6 +126,32 @@ def test_a_flat_line_takes_its_peers_slope_through_its_own_point() -> None:
     assert alone[0, 1] == 0.0 and np.isclose(alone[0, 0], 46.0, atol=0.1)
 
 
+def test_a_line_without_a_steady_slope_keeps_the_slope_of_every_window() -> None:
+    """A GPU alone whose training held its heavy phase steady (0.64-0.69 of the limit,
+    a slope of -10 C per unit there: no physics) and its light phase only while settling
+    (every window at 0.48 moving towards the line): the line keeps the slope fitted over
+    every window, through the steady windows' median point, and still holds only over
+    their span. Before, the falling line read nothing below 0.64, and a drift of 0.5
+    C/min at the job's light phase (0.63) went unfound (bench/model_jobs.py --faults,
+    a100 1-GPU seed 2)."""
+    rows = [_rows([66 - 10 * (p - 0.64)], [p]) for p in np.linspace(0.64, 0.69, 60)]
+    for i in range(30):  # settling towards the line from both sides
+        rows.append(_rows([61.0 if i % 2 else 63.0], [0.48]))
+        rows[-1][..., F.INDEX["temp_slope"]] = 1.0 if i % 2 else -1.0
+    for r in rows[:60]:
+        r[..., F.INDEX["temp_slope"]] = 0.0
+    feats = np.concatenate(rows)
+    x, y = feats[:, 0, F.INDEX["power_frac"]], feats[:, 0, F.INDEX["temp_mean"]]
+    b0 = np.polyfit(x, y, 1)[0]
+    coef = baseline.fit(feats, np.ones(feats.shape[:2], dtype=bool))
+    assert b0 > baseline.MIN_SLOPE and np.isclose(coef[0, 1], b0)
+    assert np.isclose(coef[0, 0] + b0 * 0.665, 65.75)  # through the steady median
+    assert np.allclose(coef[0, 2:], [0.64, 0.69])
+    # 0.63, inside a quarter of its span: read, 8 C above it (the drift)
+    got = baseline.residual(_rows([coef[0, 0] + b0 * 0.63 + 8.0], [0.63]), coef)
+    assert np.allclose(got, 8.0)
+
+
 def test_the_baseline_travels_in_the_model_file(tmp_path: Path) -> None:
     model = healthy_model()
     assert len(model.base_uuids) == 4 and model.base_coef is not None

@@ -64,12 +64,16 @@ def fit(feats: np.ndarray, ok: np.ndarray) -> np.ndarray:
         steady = ~_settling(y - (a + b * x), slope)
         span = x
         if steady.sum() >= MIN_ROWS:
-            span = x[steady]
+            span, b0 = x[steady], b
             if np.ptp(span) >= MIN_SPREAD:
                 b, a = np.polyfit(span, y[steady], 1)
             else:
                 a, b = float(np.median(y[steady])), 0.0
-                flat[g] = (float(np.median(span)), a)
+            if b < MIN_SLOPE:  # no credible slope in the steady windows alone
+                mid = (float(np.median(span)), float(np.median(y[steady])))
+                flat[g] = mid
+                if b0 >= MIN_SLOPE:  # the slope over every window, through their point
+                    a, b = mid[1] - b0 * mid[0], b0
         out[g] = (float(a), float(b), float(span.min()), float(span.max()))
     return _borrow(out, flat)
 
@@ -83,7 +87,8 @@ def _borrow(lines: np.ndarray, flat: dict[int, tuple[float, float]]) -> np.ndarr
     the limit, ~69 C per unit) +1.6 C above it: ``own_temp`` +1.0 C paged on the job
     stream (issue 19, a100 2-GPU seed 9). With no sloped peer (a 1-GPU node) it stays
     flat, and holds only over its own span (:func:`residual`)."""
-    sloped = lines[:, 1][np.nan_to_num(lines[:, 1]) >= MIN_SLOPE]
+    own = np.array([g not in flat for g in range(len(lines))], bool)
+    sloped = lines[own, 1][np.nan_to_num(lines[own, 1]) >= MIN_SLOPE]
     if not flat or not len(sloped):
         return lines
     b = float(np.median(sloped))
