@@ -423,3 +423,44 @@ def test_a_gpu_alone_back_at_a_phase_its_job_held_is_judged_only_past_it() -> No
     assert all(judged for age, judged in over if age > 180 + T.PHASE_SLACK_S + 10)
     hot = walk([(one, 800), (light, 180), (one, 120), (drift, 60)])
     assert all(judged and s > model.threshold for _a, s, judged in hot[1:])
+
+
+def test_a_known_normal_is_the_best_fit_and_a_gpu_it_missed_takes_its_peers_offsets() -> None:
+    """Back to a known normal, the gate takes the one most GPUs fit (then the lowest
+    scores), not the first: a normal learned before one GPU re-allocated fits the others
+    as well but holds that GPU's old memory (h100 4-GPU seed 8 of the week's stream).
+    With only such a normal, the GPU that does not fit takes the median offsets of those
+    that do where that brings it under (a100 8-GPU seed 7); a GPU that departs from its
+    peers (its SM clock 30 % low) stays over the threshold and is judged."""
+    model, uuids, row = _steady()
+    k = F.INDEX["mem_ratio"]
+    raw = row.copy()
+    raw[:, k] -= 0.3  # a job holding 30 % less memory on every GPU
+    judged = list(range(len(uuids)))
+    thr = model.threshold
+
+    def offsets(mem: list[float]) -> T.Normal:
+        out = {}
+        for u, m in zip(uuids, mem, strict=True):
+            off = np.zeros(len(F.FEATURES))
+            off[k] = m
+            out[u] = off
+        return out
+
+    stale = offsets([0.0, -0.3, -0.3, -0.3])  # GPU 0's entry from before it re-allocated
+    good = offsets([-0.3] * 4)
+    gate = T.Gate(model)
+    assert (gate._apply(uuids, raw, None, {})[1] > thr).all()  # the fitted normal: all over
+    gate.normals = [gate.current, stale, good]
+    _f, s = gate._known(uuids, raw, judged)
+    assert gate.current is good and (s <= thr).all()
+    gate = T.Gate(model)
+    gate.normals = [gate.current, stale]
+    _f, s = gate._known(uuids, raw, judged)
+    assert (s <= thr).all() and gate.current[uuids[0]][k] == -0.3
+    faulty = raw.copy()
+    faulty[0, F.INDEX["sm_clock_frac"]] -= 0.3
+    gate = T.Gate(model)
+    gate.normals = [gate.current, stale]
+    _f, s = gate._known(uuids, faulty, judged)
+    assert s[0] > thr and (s[1:] <= thr).all()
