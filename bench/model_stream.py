@@ -104,7 +104,7 @@ def _judge(model: Any, host: str, sc: dict[str, Any]) -> tuple[Any, int]:
         for e in range(len(t)):
             busy = {u for k, u in enumerate(uuids) if engaged[e, k]}
             f, s, skip = gate.step(float(t[e]), uuids, sc["feats"][e], sc["scores"][e], busy)
-            run.step(float(t[e]), uuids, index, f, skip, s)
+            run.step(float(t[e]), uuids, index, f, skip, s, raw=sc["feats"][e])
             changes += sum("workload changed" in line for _, line in gate.events)
             gate.events.clear()
     return run, changes

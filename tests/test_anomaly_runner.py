@@ -103,3 +103,40 @@ def test_a_coarse_fit_is_calibrated_on_what_the_held_out_part_held_as_the_runner
     both = np.concatenate([blip, np.where((tick >= 320) & (tick < 340), 1.5, 0.5)])
     gpu = np.repeat([0, 1], len(tick))
     assert train.persistent(both, np.concatenate([tick, tick]), gpu, 1.0) == 0.5
+
+
+def test_a_page_after_a_job_change_shows_what_the_gpu_reads_against_its_jobs_normal() -> None:
+    """The gate judges a re-learned job's GPUs less the job's offsets; the page shows the
+    level as the GPU reads it and the job's normal (the training's plus the offset), not
+    "power 23% of its limit (normal 41%)" for a GPU reading 64 %. The context (its
+    temperature and power, its peers') is the GPU's own reading too."""
+    model = healthy_model()
+    k = F.INDEX["power_frac"]
+    judged = np.tile(np.array(model.center, dtype=float), (2, 1))
+    judged[0, k] = float(model.lo[k]) - 0.03  # judged: under the range
+    raw = judged.copy()
+    raw[:, k] += 0.2  # the job runs 0.2 of its limit higher than the training
+    raw[:, F.INDEX["temp_mean"]] += 12.0
+    judged[0, F.INDEX["temp_mean"]] += 40.0  # a temperature fault, first in the ranking
+    raw[0, F.INDEX["temp_mean"]] = judged[0, F.INDEX["temp_mean"]]
+    r = runner.Runner(model, "node", k=1, n=1)
+    out = r.step(0.0, ["a", "b"], [0, 1], judged, scores=np.array([2.0, 0.1]), raw=raw)
+    inc = out[0][1]
+    shown = {i["feature"]: i for i in inc.evidence["features"]}
+    item = shown["power_frac"]
+    assert item["job"] and np.isclose(item["observed"], raw[0, k])
+    assert np.isclose(item["normal"], model.center[k] + 0.2)
+    want = f"power {raw[0, k] * 100:.0f}% of its limit (this job's normal " \
+           f"{(model.center[k] + 0.2) * 100:.0f}% of its limit)"
+    assert want in inc.summary, inc.summary
+    assert inc.evidence["power_frac"] == want.removeprefix("power ")
+    t = shown["temp_mean"]  # not moved by an offset: as judged, the training's normal
+    assert "job" not in t and "(normal " in inc.summary
+    assert inc.summary.startswith("GPU 0: temperature")
+    assert f"at {raw[0, F.INDEX['temp_mean']]:.0f} C and {raw[0, k] * 100:.0f}% of its power" \
+        in inc.summary
+    assert f"its peers sit at {raw[1, F.INDEX['temp_mean']]:.0f} C" in inc.summary
+    # without the raw window (replay's runner-only use): as judged
+    r = runner.Runner(model, "node", k=1, n=1)
+    inc = r.step(0.0, ["a", "b"], [0, 1], judged, scores=np.array([2.0, 0.1]))[0][1]
+    assert not any(i.get("job") for i in inc.evidence["features"])

@@ -99,11 +99,37 @@ def top_features(model: Any, row: np.ndarray, n: int = TOP) -> list[dict[str, An
              "outside": round(float(out[i]), 1)} for i in order]
 
 
+def as_read(model: Any, top: list[dict[str, Any]], row: np.ndarray, raw: np.ndarray
+            ) -> list[dict[str, Any]]:
+    """``top`` (ranked on ``row``, the window as the model judged it) with each level the
+    gate moved by a re-learned job's offset shown as the GPU reads it (``raw``), against
+    that job's normal (the training's normal plus the offset), marked ``job``.
+
+    Why: after a workload change the model judges a GPU less its new job's offsets, and
+    a page said "power 23% of its limit (normal 41%)" for a GPU reading 64 %: true of the
+    judged window, and no use to a person looking at ``nvidia-smi``. Peer features are
+    shown as judged (the gate takes them among the job's GPUs)."""
+    out = []
+    for item in top:
+        i = F.INDEX[item["feature"]]
+        off = raw[i] - row[i]
+        if item["feature"].startswith("peer_") or np.isnan(off) or abs(off) < 1e-9:
+            out.append(item)
+            continue
+        out.append({**item, "observed": float(raw[i]),
+                    "normal": float(model.center[i] + off), "job": True})
+    return out
+
+
 def observed_vs_normal(item: dict[str, Any]) -> str:
     """``+5.2 C (normal +0.0 C)``: one top feature as a plain string, for the incident's
     flat evidence (the alerting code shows flat values, not the ``features`` list)."""
     name = item["feature"]
-    return f"{_fmt(name, item['observed'])} (normal {_fmt(name, item['normal'])})"
+    return f"{_fmt(name, item['observed'])} ({_normal(item)} {_fmt(name, item['normal'])})"
+
+
+def _normal(item: dict[str, Any]) -> str:
+    return "this job's normal" if item.get("job") else "normal"
 
 
 def _hint(name: str) -> str:
@@ -121,7 +147,7 @@ def sentence(gpu: int, row: np.ndarray, top: list[dict[str, Any]],
     for item in top:
         name = item["feature"]
         parts.append(f"{WORDS[name][0]} {_fmt(name, item['observed'])} "
-                     f"(normal {_fmt(name, item['normal'])})")
+                     f"({_normal(item)} {_fmt(name, item['normal'])})")
     first = top[0]["feature"] if top else ""
     ctx = []
     temp, pf = row[F.INDEX["temp_mean"]], row[F.INDEX["power_frac"]]

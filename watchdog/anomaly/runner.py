@@ -52,8 +52,11 @@ class Runner:
 
     def step(self, now: float, uuids: Sequence[str], index: Sequence[int],
              feats: np.ndarray, engaged: set[str] | frozenset[str] = frozenset(),
-             scores: np.ndarray | None = None) -> list[tuple[str, Incident]]:
-        """One evaluation at ``now`` of features ``(G, F)``; returns transitions."""
+             scores: np.ndarray | None = None, raw: np.ndarray | None = None
+             ) -> list[tuple[str, Incident]]:
+        """One evaluation at ``now`` of features ``(G, F)``; returns transitions.
+        ``raw``: the window as read, where ``feats`` are the gate's (a re-learned job's
+        offsets taken off): the page shows what the GPU reads and its job's normal."""
         if scores is None:  # replay completes its features before scoring them all
             feats = self.model.complete(feats, uuids)
         valid = F.valid_rows(feats[None])[0]
@@ -86,9 +89,10 @@ class Runner:
                 continue
             if sum(a for _, a in hist) >= self.k:
                 first = next(t for t, a in hist if a)
-                peers = np.delete(feats, g, axis=0) if len(uuids) > 1 else None
+                seen = feats if raw is None else raw
+                peers = np.delete(seen, g, axis=0) if len(uuids) > 1 else None
                 inc = self._incident(uuid, int(index[g]), first, now, feats[g],
-                                     float(scores[g]), peers)
+                                     float(scores[g]), peers, seen[g])
                 self.active[uuid] = inc
                 self._below[uuid] = 0
                 self.incidents.append(inc)
@@ -96,9 +100,10 @@ class Runner:
         return out
 
     def _incident(self, uuid: str, index: int, started: float, now: float,
-                  row: np.ndarray, score: float, peers: np.ndarray | None) -> Incident:
-        top = explain.top_features(self.model, row)
-        text = explain.sentence(index, row, top, peers)
+                  row: np.ndarray, score: float, peers: np.ndarray | None,
+                  raw: np.ndarray) -> Incident:
+        top = explain.as_read(self.model, explain.top_features(self.model, row), row, raw)
+        text = explain.sentence(index, raw, top, peers)
         return Incident(
             kind="anomaly", severity="warning", host=self.host, gpus=[str(index)],
             uuids=[uuid], started_at=started, fired_at=now, resolved_at=None, rule=RULE,

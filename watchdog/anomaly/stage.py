@@ -200,8 +200,8 @@ class AnomalyStage:
                 scores[ok] = model.scores(flat[ok])
             scores = scores.reshape(stack.shape[:2])
             for (t, uuids, index, f), s in zip(done, scores, strict=True):
-                f, s, skip = self.gate.step(t, uuids, f, s, engaged.at(t))
-                out += self.runner.step(t, uuids, index, f, skip, s)
+                judged, s, skip = self.gate.step(t, uuids, f, s, engaged.at(t))
+                out += self.runner.step(t, uuids, index, judged, skip, s, raw=f)
             for at, line in self.gate.events:
                 log.info("anomaly model at %s: %s", time.strftime(
                     "%Y-%m-%d %H:%M:%S", time.gmtime(at)), line)
