@@ -11,6 +11,7 @@ from watchdog import config as config_mod
 from watchdog.errors import InputError
 from watchdog.records import ProcessInfo, Sample
 from watchdog.service.jobs import Job, JobConfig, JobTracker, SampleTee, parse_config
+from watchdog.sources.nvml import procs
 from watchdog.sources.nvml.procs import describe, pod_from_cgroup, pod_names
 
 UID = "1a2b3c4d-5e6f-7a8b-9c0d-112233445566"
@@ -50,6 +51,25 @@ def test_namespace_and_pod_name_come_from_the_kubelets_log_folder(tmp_path: Path
     (pods / "kube-system_coredns-1_00000000-0000-0000-0000-000000000000").mkdir()
     assert pod_names(UID, str(pods)) == ("training", "llama-worker-3")
     assert pod_names(UID, str(tmp_path / "none")) == (None, None)  # a node without it
+
+
+def test_a_pods_folder_made_after_its_first_process_is_found_a_minute_later(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The kubelet may create a pod's log folder after the agent first sees its process:
+    the miss is not cached for good (the pod's alerts went without its name), but the
+    folder is not listed again before POD_RETRY_S either."""
+    clock = [1000.0]
+    monkeypatch.setattr(procs.time, "monotonic", lambda: clock[0])
+    pods = tmp_path / "late"
+    uid = "0b1c2d3e-0000-4000-8000-00000000abcd"
+    assert pod_names(uid, str(pods)) == (None, None)
+    (pods / f"ml_late-0_{uid}").mkdir(parents=True)
+    clock[0] += procs.POD_RETRY_S - 1
+    assert pod_names(uid, str(pods)) == (None, None)  # not listed again yet
+    clock[0] += 2
+    assert pod_names(uid, str(pods)) == ("ml", "late-0")
+    (pods / f"ml_late-0_{uid}").rmdir()
+    assert pod_names(uid, str(pods)) == ("ml", "late-0")  # found: kept
 
 
 def test_describe_reads_slurm_run_and_kubernetes_pod(tmp_path: Path) -> None:

@@ -14,8 +14,10 @@ injectable so tests use a fake tree.
 
 from __future__ import annotations
 
+import math
 import os
 import re
+import time
 from pathlib import Path
 
 from watchdog import serving
@@ -35,6 +37,8 @@ _POD_RE = re.compile(r"pod([0-9a-f]{8}[-_][0-9a-f]{4}[-_][0-9a-f]{4}[-_][0-9a-f]
 PODS_ROOT = "/var/log/pods"
 _POD_NAMES: dict[str, tuple[str | None, str | None]] = {}  # uid -> (namespace, name)
 _POD_NAMES_MAX = 256
+_POD_MISSES: dict[str, float] = {}  # uid -> when (monotonic s) its folder was not there
+POD_RETRY_S = 60.0  # a pod's folder not found is looked for again after this long (s)
 
 
 CMDLINE_MAX = 4096
@@ -82,10 +86,16 @@ def pod_from_cgroup(text: str | None) -> str | None:
 def pod_names(uid: str, pods_root: str = PODS_ROOT) -> tuple[str | None, str | None]:
     """``(namespace, pod name)`` of the pod ``uid`` from the kubelet's log folder
     ``<pods_root>/<namespace>_<pod>_<uid>``; ``(None, None)`` where the node does not show
-    it. Cached per UID (a pod keeps its name), so the folder is listed once per pod."""
+    it. Cached per UID (a pod keeps its name), so the folder is listed once per pod; a
+    pod not found is looked for again after :data:`POD_RETRY_S` (the kubelet may create
+    its log folder after the first process is seen: a miss cached for good left the
+    pod's alerts without its name), never more often."""
     key = f"{pods_root}\0{uid}"
     if key in _POD_NAMES:
         return _POD_NAMES[key]
+    now = time.monotonic()
+    if now - _POD_MISSES.get(key, -math.inf) < POD_RETRY_S:
+        return None, None
     found: tuple[str | None, str | None] = (None, None)
     try:
         with os.scandir(pods_root) as it:
@@ -97,9 +107,15 @@ def pod_names(uid: str, pods_root: str = PODS_ROOT) -> tuple[str | None, str | N
                     break
     except OSError:
         pass
+    if found == (None, None):
+        if len(_POD_MISSES) >= _POD_NAMES_MAX:
+            _POD_MISSES.clear()
+        _POD_MISSES[key] = now
+        return found
     if len(_POD_NAMES) >= _POD_NAMES_MAX:
         _POD_NAMES.clear()
     _POD_NAMES[key] = found
+    _POD_MISSES.pop(key, None)
     return found
 
 
