@@ -464,3 +464,28 @@ def test_a_known_normal_is_the_best_fit_and_a_gpu_it_missed_takes_its_peers_offs
     gate.normals = [gate.current, stale]
     _f, s = gate._known(uuids, faulty, judged)
     assert s[0] > thr and (s[1:] <= thr).all()
+
+
+@pytest.mark.parametrize(("slope", "learned_by"), [(1.4, T.WARM_MIN_S + 10),
+                                                   (1.6, T.GRACE_MAX_S + 10)])
+def test_a_workload_change_is_re_learned_once_the_node_warms_slower_than_1_5_c_per_min(
+        slope: float, learned_by: float) -> None:
+    """The re-learning waits at least WARM_MIN_S, then until the job's GPUs' median
+    temperature trend is within RELEARN_C_PER_MIN (1.5 C/min), at most GRACE_MAX_S:
+    at 1.4 C/min it learns after 2 min, at 1.6 only at the 5 min cap."""
+    model, uuids, row = _steady()
+    x = row.copy()
+    x[:, F.INDEX["temp_slope"]] = slope
+    gate = T.Gate(model)
+    _walk(gate, [(float(10 * i), row, set()) for i in range(40)])  # past start-up
+    t0 = 400.0
+    gate._change(t0, set(uuids), "a test")
+    done = None
+    for i in range(40):
+        t = t0 + 10 * i
+        s = model.scores(np.where(np.isnan(x), model.fill, x))
+        gate.step(t, uuids, x, s, set())
+        if gate.relearn is None:
+            done = t - t0
+            break
+    assert done is not None and learned_by - 20 <= done <= learned_by

@@ -46,10 +46,13 @@ as normal): they follow the power at the GPU's own time constant.
   not judged (:meth:`Gate._with_peers`).
 * Before any of that, the known normals are tried (the fitted model's own, and the last
   ones learned): a node back on a job it ran before (or out of a long checkpoint) is
-  judged against that normal at once, no change declared.
+  judged against that normal at once, no change declared (:meth:`Gate._known`).
+* A GPU working alone, back at a power level its job held and left, is not judged for
+  as long as that phase lasted (:meth:`Gate._phase`).
 
-On a workload change every GPU of the job is not judged while the node settles (as a
-warm-up: :data:`WARM_MIN_S` to :data:`GRACE_MAX_S`), then the model **re-learns** from
+On a workload change every GPU of the job is not judged while the node settles (at
+least :data:`WARM_MIN_S`, then until the GPUs' median temperature trend is within
+:data:`RELEARN_C_PER_MIN`, at most :data:`GRACE_MAX_S`), then the model **re-learns** from
 the settled windows' features (up to :data:`SETTLE_WINDOWS` of each GPU, outside any
 grace or checkpoint, at least :data:`MIN_SETTLE_WINDOWS`): the first of (1) a known
 normal and (2) the features whose settled level lies outside the training range moved
@@ -88,6 +91,11 @@ WARM_MIN_S = 120.0  # start-up, warm-up, workload change: at least this long (s)
 RECOVERY_MIN_S = 60.0  # after a rule's engagement ends: at least this long (s)
 GRACE_MAX_S = 300.0  # and never longer than this (s): the issue's 5 min
 SETTLED_C_PER_MIN = 1.0  # a GPU whose temperature trend is within this (C/min) has settled
+# a node re-learns once its GPUs' median temperature trend is within this (C/min): the
+# last 1.5-1.0 C/min of a new job's warm-up take a minute on the sim (a fault 6 min into
+# a new job was judged from ~7.5 min: median alert 133 s, 113 s with this), and the
+# temperature's offset is then learned a degree or two short (never own_temp's)
+RELEARN_C_PER_MIN = 1.5
 CONSENSUS_WINDOWS = 6  # a departure held this many windows (60 s: a whole window in it) is a change
 MEM_STEP = 0.03  # memory used moved by more than this fraction of the total: a new job
 UTIL_STEP = 25.0  # utilization moved by more than this many points: a new job
@@ -629,10 +637,12 @@ class Gate:
         re-allocation (it re-allocated later than its peers) fits the others as well
         as a later one, but holds that GPU's old memory; taken first, it paged "memory
         used 40% (normal 66%)" at the job's next power phase (h100 4-GPU seed 8 of the
-        week's stream). And the GPUs over the threshold under it take the median
-        offsets of those under it, where that brings them under (a normal learned on a
+        week's stream). And the GPUs over the threshold under it take the median memory
+        offset of those under it, where that brings them under (a normal learned on a
         job that held two GPUs' memory differently paged "memory used 50% (normal 88%)"
-        on both, a100 8-GPU seed 7); a GPU that departs from its peers stays over."""
+        on both, a100 8-GPU seed 7); only memory: taking all of the peers' offsets gave
+        the node's hot GPU its peers' temperature offsets (h100 4-GPU seed 9: "temperature
+        68 C (normal 42 C)"). A GPU that departs from its peers stays over."""
         thr = self.model.threshold
         best: tuple[tuple[int, float], Normal, np.ndarray, np.ndarray] | None = None
         for normal in self.normals:
@@ -649,14 +659,20 @@ class Gate:
         _rank, normal, f2, s2 = best
         out = [g for g in judged if s2[g] > thr]
         if out and len(out) < len(judged):
-            # the GPUs that do not fit try the median offsets of those that do: one
-            # GPU's entry in a known normal can be older than its last re-allocation
+            # the GPUs that do not fit try the median memory offset of those that do:
+            # one GPU's entry in a known normal can be older than its last re-allocation
+            # (only memory: the other offsets are the GPU's own, its place in the airflow)
             zero = np.zeros(raw.shape[1])
-            peers = np.median([normal.get(uuids[g], zero) for g in judged if g not in out],
-                              axis=0)
-            _f, s3 = self._apply(uuids, raw, None, {**normal,
-                                                     **{uuids[g]: peers for g in out}})
-            mine = {uuids[g]: peers for g in out if not s3[g] > thr}
+            k = F.INDEX["mem_ratio"]
+            peers = float(np.median([normal.get(uuids[g], zero)[k] for g in judged
+                                     if g not in out]))
+            tried = {}
+            for g in out:
+                off = normal.get(uuids[g], zero).copy()
+                off[k] = peers
+                tried[uuids[g]] = off
+            _f, s3 = self._apply(uuids, raw, None, {**normal, **tried})
+            mine = {uuids[g]: tried[uuids[g]] for g in out if not s3[g] > thr}
             if mine:
                 normal = {**normal, **mine}
                 f2, s2 = self._apply(uuids, raw, None, normal)
@@ -690,7 +706,7 @@ class Gate:
                 rl.windows.setdefault(uuids[g], deque(maxlen=SETTLE_WINDOWS)).append(raw[g])
                 slopes.append(abs(raw[g][F.INDEX["temp_slope"]]))
         age = t - rl.since
-        settled = not slopes or np.nanmedian(slopes) <= SETTLED_C_PER_MIN
+        settled = not slopes or np.nanmedian(slopes) <= RELEARN_C_PER_MIN
         if age < WARM_MIN_S or (not settled and age < GRACE_MAX_S):
             return
         if min((len(w) for w in rl.windows.values()), default=0) < MIN_SETTLE_WINDOWS:
