@@ -425,13 +425,15 @@ def test_a_gpu_alone_back_at_a_phase_its_job_held_is_judged_only_past_it() -> No
     assert all(judged and s > model.threshold for _a, s, judged in hot[1:])
 
 
-def test_a_known_normal_is_the_best_fit_and_a_gpu_it_missed_takes_its_peers_offsets() -> None:
+def test_a_known_normal_is_the_best_fit_and_a_gpu_it_missed_takes_its_peers_memory() -> None:
     """Back to a known normal, the gate takes the one most GPUs fit (then the lowest
     scores), not the first: a normal learned before one GPU re-allocated fits the others
     as well but holds that GPU's old memory (h100 4-GPU seed 8 of the week's stream).
-    With only such a normal, the GPU that does not fit takes the median offsets of those
-    that do where that brings it under (a100 8-GPU seed 7); a GPU that departs from its
-    peers (its SM clock 30 % low) stays over the threshold and is judged."""
+    With only such a normal, the GPU that does not fit takes the median memory offset of
+    those that do where that brings it under (a100 8-GPU seed 7), keeping its own other
+    offsets (its place in the airflow: the hot GPU took its peers' temperature offsets,
+    h100 4-GPU seed 9); a GPU that departs from its peers (its SM clock 30 % low) stays
+    over the threshold and is judged."""
     model, uuids, row = _steady()
     k = F.INDEX["mem_ratio"]
     raw = row.copy()
@@ -448,6 +450,7 @@ def test_a_known_normal_is_the_best_fit_and_a_gpu_it_missed_takes_its_peers_offs
         return out
 
     stale = offsets([0.0, -0.3, -0.3, -0.3])  # GPU 0's entry from before it re-allocated
+    stale[uuids[0]][F.INDEX["temp_mean"]] = 2.0  # and its own temperature offset
     good = offsets([-0.3] * 4)
     gate = T.Gate(model)
     assert (gate._apply(uuids, raw, None, {})[1] > thr).all()  # the fitted normal: all over
@@ -458,6 +461,7 @@ def test_a_known_normal_is_the_best_fit_and_a_gpu_it_missed_takes_its_peers_offs
     gate.normals = [gate.current, stale]
     _f, s = gate._known(uuids, raw, judged)
     assert (s <= thr).all() and gate.current[uuids[0]][k] == -0.3
+    assert gate.current[uuids[0]][F.INDEX["temp_mean"]] == 2.0
     faulty = raw.copy()
     faulty[0, F.INDEX["sm_clock_frac"]] -= 0.3
     gate = T.Gate(model)
