@@ -152,6 +152,28 @@ def test_a_line_without_a_steady_slope_keeps_the_slope_of_every_window() -> None
     assert np.allclose(got, 8.0)
 
 
+def test_the_line_is_fitted_on_windows_whose_temperature_holds_still() -> None:
+    """Windows warming from below after checkpoints (+2 C/min, 3-6 C under the line at
+    0.43-0.47 of the limit) pull a first line down; those above it move away from it, so
+    "not settling back" let them through and the line stayed low (a100 1-GPU seed 13 of
+    the week's stream read +4.6 C inside its own span: 82 false anomalies). Only windows
+    moving slower than SETTLING_C_PER_MIN fit the line: the true 43 + 30 p."""
+    rows = []
+    for p in np.linspace(0.45, 0.70, 60):  # steady, on the line
+        rows.append(_rows([43 + 30 * p], [p]))
+        rows[-1][..., F.INDEX["temp_slope"]] = 0.0
+    for i in range(60):  # warming from below
+        p = 0.43 + 0.01 * (i % 5)
+        rows.append(_rows([43 + 30 * p - 3 - 1.5 * (i % 3)], [p]))
+        rows[-1][..., F.INDEX["temp_slope"]] = 2.0
+    feats = np.concatenate(rows)
+    coef = baseline.fit(feats, np.ones(feats.shape[:2], dtype=bool))
+    assert np.allclose(coef[0], [43.0, 30.0, 0.45, 0.70])
+    steady = _rows([43 + 30 * 0.46], [0.46])
+    steady[..., F.INDEX["temp_slope"]] = 0.0
+    assert np.allclose(baseline.residual(steady, coef), 0.0)
+
+
 def test_the_baseline_travels_in_the_model_file(tmp_path: Path) -> None:
     model = healthy_model()
     assert len(model.base_uuids) == 4 and model.base_coef is not None

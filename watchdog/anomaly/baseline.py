@@ -58,10 +58,13 @@ def fit(feats: np.ndarray, ok: np.ndarray) -> np.ndarray:
             flat[g] = (float(np.median(x)), float(np.median(y)))
             continue
         b, a = np.polyfit(x, y, 1)
-        # again without the windows where the GPU was still settling towards that line
-        # (after a power change): the line is the steady state
+        # again on the steady windows only: not settling towards that line (after a
+        # power change), and not moving at SETTLING_C_PER_MIN or faster either way (a GPU
+        # warming from below after a checkpoint, above a first line that the warm-ups
+        # had pulled down, passed as steady: the a100 1-GPU node of seed 13 read +4.6 C
+        # inside its own span, 82 false anomalies in a week)
         slope = feats[sel, g, F.INDEX["temp_slope"]]
-        steady = ~_settling(y - (a + b * x), slope)
+        steady = ~_settling(y - (a + b * x), slope) & (np.abs(slope) < SETTLING_C_PER_MIN)
         span = x
         if steady.sum() >= MIN_ROWS:
             span, b0 = x[steady], b
