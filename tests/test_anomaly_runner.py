@@ -140,3 +140,19 @@ def test_a_page_after_a_job_change_shows_what_the_gpu_reads_against_its_jobs_nor
     r = runner.Runner(model, "node", k=1, n=1)
     inc = r.step(0.0, ["a", "b"], [0, 1], judged, scores=np.array([2.0, 0.1]))[0][1]
     assert not any(i.get("job") for i in inc.evidence["features"])
+
+
+def test_less_power_for_the_same_work_is_named_before_the_warmth_it_causes() -> None:
+    """A GPU drawing less power than its peers for the same work also sits above its own
+    thermal line at that power; with both out of range the power comes first (the cause),
+    however far own_temp lies. Without the power departure own_temp leads as it is."""
+    model = healthy_model()
+    k, p = F.INDEX["own_temp"], F.INDEX["peer_power"]
+    row = np.array(model.center, dtype=float)
+    row[k] = float(model.hi[k]) + 40 * float(model.unit[k])
+    row[p] = float(model.lo[p]) - 2 * float(model.unit[p])
+    assert explain.exceedance(model, row)[k] > explain.exceedance(model, row)[p]
+    assert [i["feature"] for i in explain.top_features(model, row)][:2] == [
+        "peer_power", "own_temp"]
+    row[p] = float(model.center[p])
+    assert explain.top_features(model, row)[0]["feature"] == "own_temp"
