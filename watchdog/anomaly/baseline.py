@@ -82,8 +82,10 @@ def fit(feats: np.ndarray, ok: np.ndarray) -> np.ndarray:
 
 
 def _borrow(lines: np.ndarray, flat: dict[int, tuple[float, float]]) -> np.ndarray:
-    """``lines`` with each flat one (fitted on too narrow a span of power to give a
-    slope) turned about its median point to the median slope of the node's sloped lines.
+    """``lines`` with each one in ``flat`` (its steady windows gave no slope of
+    MIN_SLOPE or more: too narrow a span of power; meanwhile flat, or on the slope over
+    every window) turned about its median point to the median slope of the node's other
+    sloped lines.
 
     Why: the GPUs of one node follow power with about the same slope (their heat sinks
     are alike); a flat line reads a GPU at the top of its own narrow span (0.44-0.49 of
@@ -91,7 +93,7 @@ def _borrow(lines: np.ndarray, flat: dict[int, tuple[float, float]]) -> np.ndarr
     stream (issue 19, a100 2-GPU seed 9). With no sloped peer (a 1-GPU node) it stays
     flat, and holds only over its own span (:func:`residual`)."""
     own = np.array([g not in flat for g in range(len(lines))], bool)
-    sloped = lines[own, 1][np.nan_to_num(lines[own, 1]) >= MIN_SLOPE]
+    sloped = lines[own & _rising(lines), 1]
     if not flat or not len(sloped):
         return lines
     b = float(np.median(sloped))
@@ -106,13 +108,21 @@ def lagging(feats: np.ndarray, lines: np.ndarray) -> np.ndarray:
     towards their own line after a power change (:func:`_settling`), the line taken at
     any power (only its side matters here: after a step beyond the fitted span the GPU
     is still far below or above it). NaN lines, and lines not rising with power: False."""
-    temp = feats[:, F.INDEX["temp_mean"]]
-    power = feats[:, F.INDEX["power_frac"]]
-    r = temp - (lines[:, 0] + lines[:, 1] * power)
     # only a line rising with power says which side of it a lag lies on (a flat or
     # falling one was fitted on too narrow a span)
-    rising = np.nan_to_num(lines[:, 1]) >= MIN_SLOPE
-    return _settling(r, feats[:, F.INDEX["temp_slope"]]) & rising
+    return _settling(_off_line(feats, lines), feats[:, F.INDEX["temp_slope"]]) & _rising(lines)
+
+
+def _off_line(feats: np.ndarray, lines: np.ndarray) -> np.ndarray:
+    """``temp - (a + b * power)`` (C) of ``(..., G, F)`` features against ``(G, >=2)``
+    lines: how far each GPU sits from its own line."""
+    return feats[..., F.INDEX["temp_mean"]] - (
+        lines[:, 0] + lines[:, 1] * feats[..., F.INDEX["power_frac"]])
+
+
+def _rising(lines: np.ndarray) -> np.ndarray:
+    """``(G,)``: lines rising with power by MIN_SLOPE or more (NaN lines: False)."""
+    return np.nan_to_num(lines[:, 1]) >= MIN_SLOPE
 
 
 def _settling(r: np.ndarray, slope: np.ndarray) -> np.ndarray:
@@ -148,16 +158,15 @@ def residual(feats: np.ndarray, lines: np.ndarray) -> np.ndarray:
     slopes, ``r`` itself). NaN (scored as normal) where the GPU is settling back towards
     its line (:func:`_settling`): on a 1-GPU node nothing else tells a lag from a fault;
     0 below its line (:func:`_above`)."""
-    temp = feats[..., F.INDEX["temp_mean"]]
     power = feats[..., F.INDEX["power_frac"]]
     b = lines[:, 1]
-    r = temp - (lines[:, 0] + b * power)
+    r = _off_line(feats, lines)
     if lines.shape[1] >= 4:  # no line beyond the powers it was fitted over
         # a flat line (slope under MIN_SLOPE, or falling: fitted on a narrow span, it says
         # nothing of how temperature follows power) holds only over its own span, no
         # margin: at ~35 C per unit of power a GPU reads +1-2 C above a flat line
         # 0.03-0.05 beyond it (issue 19: most false own_temp pages of the job stream)
-        margin = np.where(np.nan_to_num(b) >= MIN_SLOPE, SPAN_MARGIN, 0.0)
+        margin = np.where(_rising(lines), SPAN_MARGIN, 0.0)
         with np.errstate(invalid="ignore"):
             r = np.where((power < lines[:, 2] - margin) | (power > lines[:, 3] + margin),
                          np.nan, r)
@@ -175,7 +184,7 @@ def residual(feats: np.ndarray, lines: np.ndarray) -> np.ndarray:
     # only a line rising with power says how far power lags: one falling with it (-3.8 C
     # per unit on the job stream) turned the node's lag around and put a settling peer
     # +5 C off its line (issue 19)
-    sloped = np.nan_to_num(b) >= MIN_SLOPE
+    sloped = _rising(lines)
     with np.errstate(all="ignore"):
         each = np.where(busy & sloped, r / np.where(sloped, b, 1.0), np.nan)
     lag = F.row_median(each.reshape(-1, each.shape[-1])).reshape(*each.shape[:-1], 1)

@@ -95,13 +95,15 @@ def top_features(model: Any, row: np.ndarray, n: int = TOP) -> list[dict[str, An
     out = exceedance(model, row)
     order = np.lexsort((-np.abs(z), -np.round(out, 1)))
     # a GPU drawing less power than its peers for the same work also sits above its own
-    # thermal line at that power: the power is the cause, own_temp its consequence (a
-    # line fitted on still windows only made own_temp lead on 2 of 6 power faults)
+    # thermal line at that power: the power (the cause) is named just before own_temp
+    # (its consequence; a line fitted on still windows only made own_temp lead on 2 of
+    # 6 power faults)
     k, p = F.INDEX["own_temp"], F.INDEX["peer_power"]
-    if out[k] > 0 and out[p] > 0 and row[p] < model.lo[p] and list(order).index(k) < \
-            list(order).index(p):
-        order = np.array([p] + [i for i in order if i != p])
-    order = order[:n]
+    rank = list(order)
+    if out[k] > 0 and out[p] > 0 and row[p] < model.lo[p] and rank.index(k) < rank.index(p):
+        rank.remove(p)
+        rank.insert(rank.index(k), p)
+    order = np.array(rank[:n])
     return [{"feature": F.FEATURES[i], "observed": float(row[i]),
              "normal": float(model.center[i]), "z": round(float(z[i]), 1),
              "outside": round(float(out[i]), 1)} for i in order]

@@ -158,6 +158,12 @@ class _Gpu:
     phases: deque[tuple[float, float]] = field(
         default_factory=lambda: deque(maxlen=PHASES))  # (power_frac, s) held and left
 
+    def new_work(self, t: float) -> None:
+        """Another process or job from ``t``: the drift's look-back and the phases are
+        the old work's."""
+        self.drift_from, self.stay = t, None
+        self.phases.clear()
+
 
 @dataclass
 class _Relearn:
@@ -416,8 +422,7 @@ class Gate:
     def _grace(st: _Gpu, t: float, minimum: float, why: str, fixed: bool = False) -> None:
         st.grace_from, st.grace_min, st.grace_fixed, st.grace_why = t, minimum, fixed, why
         if not fixed:
-            st.drift_from = t
-            st.stay, st.phases = None, deque(maxlen=PHASES)  # another process: no phases
+            st.new_work(t)
 
     @staticmethod
     def _hold(st: _Gpu, t: float, power: float) -> None:
@@ -493,18 +498,27 @@ class Gate:
                 out.add(uuids[g])
         return out
 
+    def _over(self, row: np.ndarray) -> np.ndarray | None:
+        """``(F,)``: how far each feature of ``row`` lies outside the training range, in
+        the model's units (negative inside; NaN read as the fill); None without a range.
+        The furthest one names what a departure is made of."""
+        lo, hi, unit = self.model.lo, self.model.hi, self.model.unit
+        if lo is None or hi is None or unit is None:
+            return None
+        x = np.where(np.isnan(row), self.model.fill, row)
+        return np.maximum(lo - x, x - hi) / unit
+
     def _throttled(self, uuids: Sequence[str], feats: np.ndarray, above: list[int]
                    ) -> set[str]:
         """GPUs over the threshold because of a clock-event reason the model never saw
         (furthest outside the training range: time at the power cap, in thermal or HW
         slowdown, locked clocks): a named throttle, which the rules judge
         (``rules/throttle.yaml``), not an unnamed fault."""
-        if self.model.lo is None or self.model.hi is None or self.model.unit is None:
-            return set()
         out = set()
         for g in above:
-            x = np.where(np.isnan(feats[g]), self.model.fill, feats[g])
-            over = np.maximum(self.model.lo - x, x - self.model.hi) / self.model.unit
+            over = self._over(feats[g])
+            if over is None:
+                break
             k = int(np.argmax(over))
             if over[k] > 0 and F.FEATURES[k] in REASONS:
                 out.add(uuids[g])
@@ -525,13 +539,11 @@ class Gate:
         away from its peers (``peer_power``, ``peer_sm_clock``, ``peer_util_std``...) or
         shows in a health feature (``own_temp``, ``sm_clock_unexplained``, the HBM
         clock): those are judged."""
-        lo, hi, unit = self.model.lo, self.model.hi, self.model.unit
-        if lo is None or hi is None or unit is None:
-            return set()
         out = set()
         for g in above:
-            x = np.where(np.isnan(feats[g]), self.model.fill, feats[g])
-            over = np.maximum(lo - x, x - hi) / unit
+            over = self._over(feats[g])
+            if over is None:
+                break
             k = int(np.argmax(over))
             name = F.FEATURES[k]
             if over[k] <= 0 or name.startswith("peer_") or name in NO_SHIFT:
@@ -558,18 +570,16 @@ class Gate:
         the limit, 7 false "power 61 % (normal 48 %)"). A slowdown at such a level still
         pages once it lasts longer than the phase ever did; a drift shows in
         ``own_temp`` and is judged at once."""
-        lo, hi, unit = self.model.lo, self.model.hi, self.model.unit
         out = set()
         for g in above:
             st = self.gpus[uuids[g]]
-            if st.stay is None or lo is None or hi is None or unit is None:
+            over = self._over(feats[g])
+            if st.stay is None or over is None:
                 continue
             level, since = st.stay
             held = [d for p, d in st.phases if abs(p - level) <= PHASE_TOL]
             if not held or t - since > max(held) + PHASE_SLACK_S:
                 continue
-            x = np.where(np.isnan(feats[g]), self.model.fill, feats[g])
-            over = np.maximum(lo - x, x - hi) / unit
             if F.FEATURES[int(np.argmax(over))] not in NO_SHIFT:
                 out.add(uuids[g])
         return out
@@ -688,8 +698,7 @@ class Gate:
             gpus = gpus | self.relearn.uuids
         self.relearn = _Relearn(t, gpus, why)
         for u in gpus:
-            st = self.gpus[u]
-            st.drift_from, st.stay, st.phases = t, None, deque(maxlen=PHASES)
+            self.gpus[u].new_work(t)
         self.consensus = 0
         self.events.append((t, f"the workload changed: {why}; not judged while it settles "
                                f"({WARM_MIN_S:.0f}-{GRACE_MAX_S:.0f} s), then judged "
