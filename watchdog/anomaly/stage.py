@@ -141,7 +141,7 @@ class AnomalyStage:
         if n < self.w:
             return None
         now, before = F.tail_spans(n, self.interval)
-        return F.last_window(self._grid(*now), self._grid(*before, F.TEMPERATURE)
+        return F.last_window(self._grid(*now), self._grid(*before, F.LAGGED)
                              if before is not None else None)
 
     def _grid(self, lo: int, hi: int, metrics: tuple[str, ...] = F.METRICS) -> F.Grid:
@@ -175,7 +175,7 @@ class AnomalyStage:
         if bucket == self._bucket:
             return False
         self._bucket = bucket
-        return n_rows >= self.w and (self.start is None or t >= self.start)
+        return n_rows >= self.w
 
     # --- judging ------------------------------------------------------------------------------
     def judge(self, engaged: Engagement = NEVER) -> list[tuple[str, Incident]]:
@@ -184,8 +184,18 @@ class AnomalyStage:
         ready = []
         while self._due and self._due[0][0] <= engaged.until:
             ready.append(self._due.popleft())
-        if not ready or self.runner is None:
+        if self.runner is None or self.start is not None:
+            # not judged (no model yet, or the part --model auto fits on): the gate
+            # still follows the GPUs' transitions, so a node busy for an hour is not in
+            # a start-up when judging begins
+            seen = [r for r in ready if self.runner is None or r[0] < self.start]
+            for t, uuids, _index, f in seen:
+                if f is not None:
+                    self.gate.observe(t, uuids, f, engaged.at(t))
+            ready = ready[len(seen):] if self.runner is not None else []
+        if not ready:
             return []
+        assert self.runner is not None
         t0 = time.perf_counter()
         out: list[tuple[str, Incident]] = []
         model = self.model
