@@ -27,7 +27,12 @@ Features (:data:`FEATURES`, order fixed by :data:`FEATURE_SCHEMA`; units in brac
   moves one.
 * ``peer_temp_drift`` [C]: ``peer_temp`` now minus ``peer_temp`` :data:`LOOKBACK_S` ago:
   a GPU warming against its peers at the same power (a failing fan) climbs here in
-  minutes, while a GPU that always runs hotter (its place in the airflow) does not;
+  minutes, while a GPU that always runs hotter (its place in the airflow) does not.
+  NaN where the GPU's mean power moved by more than :data:`DRIFT_POWER` of its limit
+  over the look-back (schema 6): each GPU has its own thermal line, so a node-wide
+  step of power moves ``peer_temp`` of a GPU whose line is flatter than its peers'
+  (nanoGPT's GPU 1 reads +7.7 C over its peers at 99 % of its limit, +15.5 C at 56 %:
+  "+6 C in 10 min" after the job's lighter phase began, every GPU healthy);
 * ``peer_util_drops`` [per min]: drops of utilization by more than :data:`DROP_POINTS`
   (25) points from one tick to the next, minus the peers' median (node-wide dips
   cancel; a GPU whose work comes in bursts does not). A quarter of the GPU's work: a
@@ -66,9 +71,10 @@ import numpy as np
 
 from watchdog import reasons as R
 
-FEATURE_SCHEMA = 5  # bump when a feature's meaning, unit or order changes
+FEATURE_SCHEMA = 6  # bump when a feature's meaning, unit or order changes
 WINDOW_S = 60.0
 LOOKBACK_S = 600.0  # history of peer_temp_drift
+DRIFT_POWER = 0.05  # of the power limit: peer_temp_drift only at the power of LOOKBACK_S ago
 DROP_POINTS = 25.0  # a utilization drop peer_util_drops counts [points of %]
 FEATURES: tuple[str, ...] = (
     "util_mean", "util_std", "power_frac", "power_slope", "sm_active", "tensor_active",
@@ -82,7 +88,7 @@ INDEX = {name: i for i, name in enumerate(FEATURES)}
 METRICS = ("utilization.gpu", "power.draw", "enforced.power.limit", "gpm.sm_activity",
            "gpm.tensor_activity", "temperature.gpu", "clocks.sm", "clocks.mem",
            "memory.used", "memory.total", "clocks_event_reasons.active")
-TEMPERATURE = ("temperature.gpu",)  # all that peer_temp_last reads
+LAGGED = ("temperature.gpu", "power.draw")  # all that the drift's lagged half reads
 REASON_BITS = {"frac_idle": R.GPU_IDLE, "frac_locked": R.APPLICATIONS_CLOCKS,
                "frac_power_cap": R.SW_POWER_CAP, "frac_sync_boost": R.SYNC_BOOST,
                "frac_thermal": R.THERMAL, "frac_hw_slowdown": R.HARDWARE}
@@ -266,6 +272,10 @@ def compute(grid: Grid, window: float = WINDOW_S, *, mask_dead: bool = True) -> 
     pt = out[:, :, INDEX["peer_temp"]]
     drift = np.full(pt.shape, np.nan)
     drift[lag:] = pt[lag:] - pt[:-lag]
+    watts = rolling_mean(col["power.draw"], w)
+    with np.errstate(invalid="ignore"):
+        moved = np.abs(watts[lag:] - watts[:-lag]) > DRIFT_POWER * ref["power"][lag:]
+    drift[lag:][moved] = np.nan
     put("peer_temp_drift", drift)
     prev = np.vstack([util[:1], util[:-1]])
     drops = np.where(np.isnan(util) | np.isnan(prev), np.nan, (prev - util) > DROP_POINTS)
@@ -334,6 +344,11 @@ def last_window(recent: Grid, lagged: Grid | None, window: float = WINDOW_S) -> 
         now[:, k] = np.nan
     else:
         now[:, k] = now[:, INDEX["peer_temp"]] - peer_temp_last(lagged, window)
+        w, gap = window_ticks(recent.step, window), hold_ticks(recent.step)
+        watts = [rolling_mean(_ffill(g.col("power.draw"), gap), w)[-1] for g in (recent, lagged)]
+        with np.errstate(invalid="ignore"):
+            moved = np.abs(watts[0] - watts[1]) > DRIFT_POWER * ceilings(recent)["power"][-1]
+        now[moved, k] = np.nan
     _mask_dead(now)
     return now
 
