@@ -198,3 +198,29 @@ def test_row_median_is_numpys_nanmedian_value_for_value() -> None:
         got = F.row_median(x)
         assert got.shape == want.shape
         assert np.array_equal(got, want, equal_nan=True), g
+
+
+def test_the_drift_is_read_only_at_the_power_of_its_look_back() -> None:
+    """``peer_temp_drift`` compares a GPU with its peers at the same power. After a
+    node-wide step of power, a healthy GPU whose thermal line is flatter than its peers'
+    moves against them (nanoGPT's GPU 1: +7.7 C over its peers at 99 % of its limit,
+    +15.5 C at 56 %), so there the drift is not read (NaN); at one power a GPU warming
+    against its peers (a fan) reads its climb, before and after the step."""
+    T, G, step_at = 1500, 5, 800
+    t = np.arange(T, dtype=float)
+    power = np.where(t < step_at, 690.0, 390.0)[:, None].repeat(G, axis=1)
+    temp = 30.0 + 0.05 * power
+    temp[:, 1] = 50.0 + 0.02 * power[:, 1]  # flatter: +10.7 C over its peers, then +16.7
+    fan = np.clip(t - 100.0, 0.0, None) / 60.0 * 0.5  # GPU 2: +0.5 C/min from tick 100
+    temp[:, 2] += fan
+    g = grid(power_draw=power.tolist(), enforced_power_limit=[[700.0] * G] * T,
+             temperature_gpu=temp.tolist(), utilization_gpu=[[100.0] * G] * T)
+    drift = col(F.compute(g), "peer_temp_drift")
+    before, across, after = 750, step_at + 500, T - 1  # look-back 600 ticks
+    assert np.isnan(drift[across]).all()  # 690 W then, 390 W now: every GPU moved
+    assert drift[before, 2] == pytest.approx(5.0, abs=0.3)  # the fan, 600 s at 0.5 C/min
+    assert drift[after, 2] == pytest.approx(5.0, abs=0.3)
+    assert abs(drift[after, 1]) < 0.5  # at 390 W then and now: GPU 1 holds its place
+    for n in (before + 1, across + 1, after + 1):  # the live path says the same
+        np.testing.assert_allclose(F.compute_last(F.rows(g, 0, n)), F.compute(g)[n - 1],
+                                   rtol=1e-9, atol=1e-9, equal_nan=True)
