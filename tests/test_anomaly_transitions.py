@@ -495,39 +495,6 @@ def test_a_workload_change_is_re_learned_once_the_node_warms_slower_than_1_5_c_p
     assert done is not None and learned_by - 20 <= done <= learned_by
 
 
-def test_training_leaves_out_what_the_gate_would_not_judge() -> None:
-    """The fit sees what the gate judges: the start-up, the minute after a checkpoint and
-    the recovery after a rule are left out (:func:`T.transit_mask`, stepped as the gate
-    is). A rank that lagged its peers by 0.40 of its power while the job started (as
-    nanoGPT's rank 0 did) no longer widens the fitted range of ``peer_power``."""
-    from watchdog.anomaly import train
-
-    _model, uuids, row = _steady()
-    rng = np.random.default_rng(3)
-    n = 400  # 10 s windows
-    t = 1000.0 + 10.0 * np.arange(n)
-    feats = np.repeat(row[None], n, axis=0)
-    feats = feats + rng.normal(0.0, 0.01, feats.shape) * (np.abs(feats) > 0)
-    feats[:, :, F.INDEX["own_temp"]] = np.nan  # the fit fills it
-    feats[:, :, F.INDEX["temp_slope"]] = 0.0
-    feats[:9, 0, F.INDEX["peer_power"]] = -0.40  # rank 0 at the start: 90 s
-    feats[:9, 0, F.INDEX["power_frac"]] -= 0.40
-    ckpt = slice(200, 205)  # 50 s idle: a checkpoint, then its minute
-    feats[ckpt, :, F.INDEX["util_mean"]] = 0.0
-    feats[ckpt, :, F.INDEX["power_frac"]] = np.nan
-    held = np.zeros((n, len(uuids)), dtype=bool)
-    held[300:320, 1] = True  # a rule on GPU 1, then its recovery
-    mask = T.transit_mask(t, feats, held)
-    first = int(np.argmin(mask[:, 0]))
-    assert T.WARM_MIN_S <= t[first] - t[0] <= T.GRACE_MAX_S
-    after = t[ckpt.stop:][mask[ckpt.stop:, 2]]
-    assert after[0] == t[ckpt.stop] and after[-1] - t[ckpt.stop] < T.CKPT_GRACE_S
-    assert mask[320:326, 1].all() and not mask[320:326, 0].any()  # GPU 1 recovers
-    model, _ = train.fit(feats, step=10.0, t=t, gpu_model="x", exclude=held, stride=10.0,
-                         min_windows=50)
-    assert model.lo[F.INDEX["peer_power"]] > -0.1
-
-
 def test_a_node_busy_before_judging_begins_is_not_in_a_start_up() -> None:
     """``replay --model auto`` judges from the end of the part it fitted on, the agent
     from the fit it made while collecting: the gate follows the GPUs' transitions over

@@ -846,25 +846,3 @@ class Gate:
                 "relearning": self.relearn is not None}
 
 
-def transit_mask(t: np.ndarray, feats: np.ndarray, engaged: np.ndarray | None,
-                 every: int = 1) -> np.ndarray:
-    """``(T, G)`` bool: the windows the gate would not judge for a transition (start-up,
-    a warm-up, the minute after a checkpoint, a job's checkpoint, the recovery after a
-    rule), read every ``every`` ticks as the gate would be stepped (the others False).
-
-    Training leaves these out, so the model learns what it is asked to judge: a rank
-    that lagged its peers by 40 % of its power for two minutes while a job started
-    (nanoGPT's rank 0) widened the fitted range until a GPU at 65 % of its normal power
-    for ten minutes read as normal. ``engaged``: ``(T, G)`` windows a rule held (the
-    incidents training leaves out), whose end starts a recovery."""
-    gate = Gate(None)
-    n, g = feats.shape[:2]
-    uuids = [str(k) for k in range(g)]
-    out = np.zeros((n, g), dtype=bool)
-    busy = F.valid_rows(feats)
-    for i in range(0, n, max(1, every)):
-        held = set() if engaged is None else {uuids[k] for k in np.nonzero(engaged[i])[0]}
-        _, pausing, grace = gate._transit(float(t[i]), uuids, feats[i], busy[i], held)
-        if pausing or grace:
-            out[i] = [u in pausing or u in grace for u in uuids]
-    return out
