@@ -4,8 +4,13 @@ Every ``every_s`` (default 10 s) the runner scores all GPUs of the node in one c
 GPU is *above* when its score exceeds the model's threshold. An incident fires when a
 GPU was above in ``k`` of its last ``n`` evaluations (default 4 of 6: the pattern held
 for most of a minute, so one odd window never pages) and resolves after ``n``
-evaluations in a row below. A GPU where any rule is pending or firing is not judged
-(its history is cleared): a hang is the rules' to name even while its ``for:`` runs.
+evaluations in a row below. One odd *reading* never pages either: where a window holds
+fewer than :data:`FEW_READINGS` readings (sampled every 5 s or slower), one reading
+moves its features by a sixth and stays in every window for a minute, 6 checks at
+10 s; there two windows above must also lie a window apart (no reading in common).
+A single dip of utilization, sampled every 10 s, paged nanoGPT's healthy GPUs.
+A GPU where any rule is pending or firing is not judged (its history is cleared): a
+hang is the rules' to name even while its ``for:`` runs.
 
 :class:`Runner` works on features the caller computed: the scoring stage
 (:mod:`watchdog.anomaly.stage`) feeds it, for the agent and for ``watchdog replay
@@ -32,6 +37,7 @@ from watchdog.incident import Incident
 
 K_OF = 4
 N_OF = 6
+FEW_READINGS = 12  # a window of fewer readings than this moves with one of them
 EVERY_S = 10.0
 RULE = "anomaly_model"
 
@@ -68,7 +74,7 @@ class Runner:
         self.last_max = float(np.nanmax(scores)) if valid.any() else None
         out: list[tuple[str, Incident]] = []
         for g, uuid in enumerate(uuids):
-            hist = self._hist.setdefault(uuid, deque(maxlen=self.n))
+            hist = self._hist.setdefault(uuid, deque(maxlen=2 * self.n))
             if uuid in engaged or not valid[g]:
                 hist.clear()
                 continue
@@ -87,8 +93,9 @@ class Runner:
                     del self.active[uuid]
                     out.append(("resolved", inc))
                 continue
-            if sum(a for _, a in hist) >= self.k:
-                first = next(t for t, a in hist if a)
+            last = list(hist)[-self.n:]
+            if sum(a for _, a in last) >= self.k and self._apart(hist):
+                first = next(t for t, a in last if a)
                 seen = feats if raw is None else raw
                 peers = np.delete(seen, g, axis=0) if len(uuids) > 1 else None
                 inc = self._incident(uuid, int(index[g]), first, now, feats[g],
@@ -98,6 +105,17 @@ class Runner:
                 self.incidents.append(inc)
                 out.append(("firing", inc))
         return out
+
+    def _apart(self, hist: deque[tuple[float, bool]]) -> bool:
+        """Whether the windows above hold more than one reading's worth: always where a
+        window holds :data:`FEW_READINGS` or more; else two of them a window apart."""
+        window = float(getattr(self.model, "window", F.WINDOW_S))
+        step = float(getattr(self.model, "step", 1.0))
+        if step <= 0 or window / step >= FEW_READINGS:
+            return True
+        now = hist[-1][0]
+        above = [t for t, a in hist if a and t >= now - 2 * window]  # lately, not after a gap
+        return bool(above) and above[-1] - above[0] >= window - 1e-6
 
     def _incident(self, uuid: str, index: int, started: float, now: float,
                   row: np.ndarray, score: float, peers: np.ndarray | None,
