@@ -40,7 +40,6 @@ from watchdog.anomaly import baseline
 from watchdog.anomaly import features as F
 from watchdog.anomaly.runner import EVERY_S, K_OF, N_OF
 from watchdog.anomaly.score import Forest, from_sklearn, prepare
-from watchdog.anomaly.transitions import transit_mask
 
 N_TREES = 100
 MAX_SAMPLES = 256
@@ -155,9 +154,6 @@ def fit(feats: np.ndarray, *, step: float, t: np.ndarray, gpu_model: str,
     from sklearn.ensemble import IsolationForest
 
     t0 = time.perf_counter()
-    every = max(1, round(stride / step))
-    gone = transit_mask(t, feats, exclude, every)
-    exclude = gone if exclude is None else exclude | gone
     base_uuids: tuple[str, ...] = ()
     base_coef = None
     if uuids is not None:
