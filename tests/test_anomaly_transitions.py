@@ -495,6 +495,35 @@ def test_a_workload_change_is_re_learned_once_the_node_warms_slower_than_1_5_c_p
     assert done is not None and learned_by - 20 <= done <= learned_by
 
 
+def test_training_reads_no_peer_feature_in_each_gpus_start_up() -> None:
+    """A rank that lagged its peers by 0.40 of its power while the job started (as
+    nanoGPT's rank 0 did) does not teach the model that a GPU may draw 0.40 less than
+    its peers: the fit reads the peer features of each GPU's start-up
+    (:func:`T.start_up_mask`, stepped as the gate is) as unknown. The start-up's levels
+    stay in the fit (its lower power is in the range), and so do later windows."""
+    from watchdog.anomaly import train
+
+    row = _steady()[2]
+    rng = np.random.default_rng(3)
+    n = 400  # 10 s windows
+    t = 1000.0 + 10.0 * np.arange(n)
+    feats = np.repeat(row[None], n, axis=0)
+    feats = feats + rng.normal(0.0, 0.01, feats.shape) * (np.abs(feats) > 0)
+    feats[:, :, F.INDEX["own_temp"]] = np.nan  # the fit fills it
+    feats[:, :, F.INDEX["temp_slope"]] = 0.0
+    feats[:9, 0, F.INDEX["peer_power"]] = -0.40  # rank 0 at the start: 90 s
+    feats[:9, 0, F.INDEX["power_frac"]] -= 0.40
+    feats[300, 1, F.INDEX["peer_util"]] = -30.0  # later: learned
+    mask = T.start_up_mask(t, feats)
+    first = int(np.argmin(mask[:, 0]))
+    assert T.WARM_MIN_S <= t[first] - t[0] <= T.GRACE_MAX_S
+    assert mask[:first].all() and not mask[first:].any()
+    model, _ = train.fit(feats, step=10.0, t=t, gpu_model="x", stride=10.0, min_windows=50)
+    assert model.lo[F.INDEX["peer_power"]] > -0.1
+    assert model.lo[F.INDEX["power_frac"]] < row[0, F.INDEX["power_frac"]] - 0.3
+    assert model.lo[F.INDEX["peer_util"]] == pytest.approx(-30.0, abs=0.1)
+
+
 def test_a_node_busy_before_judging_begins_is_not_in_a_start_up() -> None:
     """``replay --model auto`` judges from the end of the part it fitted on, the agent
     from the fit it made while collecting: the gate follows the GPUs' transitions over

@@ -40,6 +40,7 @@ from watchdog.anomaly import baseline
 from watchdog.anomaly import features as F
 from watchdog.anomaly.runner import EVERY_S, K_OF, N_OF
 from watchdog.anomaly.score import Forest, from_sklearn, prepare
+from watchdog.anomaly.transitions import start_up_mask
 
 N_TREES = 100
 MAX_SAMPLES = 256
@@ -154,6 +155,7 @@ def fit(feats: np.ndarray, *, step: float, t: np.ndarray, gpu_model: str,
     from sklearn.ensemble import IsolationForest
 
     t0 = time.perf_counter()
+    feats = _apart_at_start(feats, start_up_mask(t, feats, max(1, round(stride / step))))
     base_uuids: tuple[str, ...] = ()
     base_coef = None
     if uuids is not None:
@@ -215,6 +217,23 @@ def fit(feats: np.ndarray, *, step: float, t: np.ndarray, gpu_model: str,
                                "max_samples": int(est.max_samples_)},
                   base_uuids=base_uuids, base_coef=base_coef)
     return model, {"fit_s": time.perf_counter() - t0, "windows": float(len(xf))}
+
+
+def _apart_at_start(feats: np.ndarray, early: np.ndarray) -> np.ndarray:
+    """``feats`` with the peer features of each GPU's start-up windows (``early``) read
+    as unknown (NaN: the median): the ranks of a job that starts are not yet in step, so
+    how one stands against the others teaches nothing about the job. nanoGPT's rank 0
+    drew 0.40 of its limit less than its peers at full utilization for two minutes while
+    the job started, exactly what a GPU slowed to 65 % of its power does; learned, it hid
+    that slowdown. The windows stay (their levels, their warming)."""
+    if not early.any() or feats.shape[1] < 2:  # alone: no peers, its own drops count
+        return feats
+    out = feats.copy()
+    cols = [F.INDEX[n] for n in (*F.PEERS, "peer_temp_drift", "peer_util_drops")]
+    rows = out[early]
+    rows[:, cols] = np.nan
+    out[early] = rows
+    return out
 
 
 def coarse(model: Model) -> bool:

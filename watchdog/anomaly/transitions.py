@@ -133,6 +133,7 @@ PHASE_TOL = 0.05  # of the power limit: windows this near a stay's first power h
 PHASE_MIN_S = 60.0  # a level held this long (s) and left is a phase of the job (not a ramp)
 PHASE_SLACK_S = 120.0  # a phase may last this much (s) longer than its longest stay so far
 PHASES = 16  # phases (level, longest stay) remembered per GPU
+START_UP = "start-up"  # the grace of a GPU's first busy window
 
 Normal = dict[str, np.ndarray]  # uuid -> (F,) feature offsets
 
@@ -415,7 +416,7 @@ class Gate:
         if not st.seen:
             st.seen = True
             st.after_gap = True
-            self._grace(st, t, WARM_MIN_S, "start-up")
+            self._grace(st, t, WARM_MIN_S, START_UP)
         elif st.idle_since is not None:
             if t - st.idle_since >= IDLE_GAP_S:
                 st.after_gap = True
@@ -846,3 +847,19 @@ class Gate:
                 "relearning": self.relearn is not None}
 
 
+def start_up_mask(t: np.ndarray, feats: np.ndarray, every: int = 1) -> np.ndarray:
+    """``(T, G)`` bool: the windows of each GPU's start-up grace (its first busy window
+    on, :data:`WARM_MIN_S` and until settled, at most :data:`GRACE_MAX_S`), found by the
+    gate's own transitions stepped every ``every`` ticks (the others False)."""
+    gate = Gate(None)
+    n, g = feats.shape[:2]
+    uuids = [str(k) for k in range(g)]
+    out = np.zeros((n, g), dtype=bool)
+    busy = F.valid_rows(feats)
+    for i in range(0, n, max(1, every)):
+        _, _, grace = gate._transit(float(t[i]), uuids, feats[i], busy[i], set())
+        if grace:
+            out[i] = [u in grace and gate.gpus[u].grace_why == START_UP for u in uuids]
+        elif all(st.seen and st.grace_from is None for st in gate.gpus.values()):
+            break  # every GPU past its start-up
+    return out
