@@ -160,22 +160,27 @@ def test_less_power_for_the_same_work_is_named_before_the_warmth_it_causes() -> 
 
 def test_one_reading_never_pages_where_a_window_holds_few_readings() -> None:
     """Sampled every 10 s, a window holds 6 readings: one reading (a dip of
-    utilization) moves its features by a sixth and stays in 6 windows, 4 of 6 checks.
-    There two windows above must lie a window apart (no reading in common); sampled every
-    second, the first 4 of 6 checks page as before."""
+    utilization) moves its features by a sixth and stays in 6 windows, so 4 of 6 checks
+    hold for 40 s. There 4 of 6 must also have held a window (60 s) earlier: one dip
+    does not page, nor a dip followed 30 s later by another odd window (a job's end);
+    a lasting fault pages 60 s after 4 of 6 first held. Sampled every second, the first
+    4 of 6 checks page as before."""
     import dataclasses
 
     model = healthy_model()
     _, feats = sim_grid(FAULT, 20.0, seed=7)
     bad, ok = feats[-1], feats[200]
     uuids, idx = ["a", "b", "c", "d"], [0, 1, 2, 3]
-    coarse = runner.Runner(dataclasses.replace(model, step=10.0), "node")
-    one_reading = [bad] * 6 + [ok] * 6  # the windows holding one reading, then none
-    assert not any(coarse.step(1000.0 + 10 * i, uuids, idx, f)
-                   for i, f in enumerate(one_reading))
-    coarse = runner.Runner(dataclasses.replace(model, step=10.0), "node")
-    fired = [i for i in range(12) if coarse.step(2000.0 + 10 * i, uuids, idx, bad)]
-    assert fired[0] == 6  # 60 s after the first window above: 7 windows
+
+    def coarse() -> runner.Runner:
+        return runner.Runner(dataclasses.replace(model, step=10.0), "node")
+
+    for seq in ([bad] * 6 + [ok] * 6, [bad] * 6 + [ok] * 2 + [bad] + [ok] * 6):
+        r = coarse()
+        assert not any(r.step(1000.0 + 10 * i, uuids, idx, f) for i, f in enumerate(seq))
+    r = coarse()
+    fired = [i for i in range(15) if r.step(2000.0 + 10 * i, uuids, idx, bad)]
+    assert fired[0] == runner.K_OF - 1 + 6  # 4 of 6 at the 4th window, and a window later
     fine = runner.Runner(model, "node")  # 1 s: 60 readings a window
     fired = [i for i in range(12) if fine.step(3000.0 + 10 * i, uuids, idx, bad)]
     assert fired[0] == runner.K_OF - 1

@@ -5,9 +5,11 @@ GPU is *above* when its score exceeds the model's threshold. An incident fires w
 GPU was above in ``k`` of its last ``n`` evaluations (default 4 of 6: the pattern held
 for most of a minute, so one odd window never pages) and resolves after ``n``
 evaluations in a row below. One odd *reading* never pages either: where a window holds
-fewer than :data:`FEW_READINGS` readings (sampled every 5 s or slower), one reading
-moves its features by a sixth and stays in every window for a minute, 6 checks at
-10 s; there two windows above must also lie a window apart (no reading in common).
+fewer than :data:`FEW_READINGS` readings and a reading stays in ``k`` checks or more
+(sampled every 5-15 s), one reading moves its features by a sixth and stays in every
+window for a minute, 6 checks at 10 s, and ``k`` of ``n`` holds for 40 s. There ``k``
+of ``n`` must also have held a window (60 s) earlier: 60 s later at 10 s sampling than
+at 1 s.
 A single dip of utilization, sampled every 10 s, paged nanoGPT's healthy GPUs.
 A GPU where any rule is pending or firing is not judged (its history is cleared): a
 hang is the rules' to name even while its ``for:`` runs.
@@ -50,6 +52,7 @@ class Runner:
         self.host = host
         self.k, self.n = k, n
         self._hist: dict[str, deque[tuple[float, bool]]] = {}
+        self._held: dict[str, deque[float]] = {}  # checks where k of n held (few readings)
         self._below: dict[str, int] = {}
         self.active: dict[str, Incident] = {}
         self.incidents: list[Incident] = []
@@ -74,9 +77,10 @@ class Runner:
         self.last_max = float(np.nanmax(scores)) if valid.any() else None
         out: list[tuple[str, Incident]] = []
         for g, uuid in enumerate(uuids):
-            hist = self._hist.setdefault(uuid, deque(maxlen=2 * self.n))
+            hist = self._hist.setdefault(uuid, deque(maxlen=self.n))
             if uuid in engaged or not valid[g]:
                 hist.clear()
+                self._held.pop(uuid, None)
                 continue
             above = bool(scores[g] > self.model.threshold)
             hist.append((now, above))
@@ -93,9 +97,8 @@ class Runner:
                     del self.active[uuid]
                     out.append(("resolved", inc))
                 continue
-            last = list(hist)[-self.n:]
-            if sum(a for _, a in last) >= self.k and self._apart(hist):
-                first = next(t for t, a in last if a)
+            if sum(a for _, a in hist) >= self.k and self._apart(uuid, now):
+                first = next(t for t, a in hist if a)
                 seen = feats if raw is None else raw
                 peers = np.delete(seen, g, axis=0) if len(uuids) > 1 else None
                 inc = self._incident(uuid, int(index[g]), first, now, feats[g],
@@ -106,16 +109,18 @@ class Runner:
                 out.append(("firing", inc))
         return out
 
-    def _apart(self, hist: deque[tuple[float, bool]]) -> bool:
-        """Whether the windows above hold more than one reading's worth: always where a
-        window holds :data:`FEW_READINGS` or more; else two of them a window apart."""
+    def _apart(self, uuid: str, now: float) -> bool:
+        """Whether ``k`` of ``n`` (which holds at ``now``) rests on more than one reading:
+        always where a window holds :data:`FEW_READINGS` or more or a reading stays in
+        fewer than ``k`` checks (sampled every 20 s or slower); else it also held 60-120 s
+        ago (one reading keeps it for 40 s at 10 s sampling)."""
         window = float(getattr(self.model, "window", F.WINDOW_S))
         step = float(getattr(self.model, "step", 1.0))
-        if step <= 0 or window / step >= FEW_READINGS:
-            return True
-        now = hist[-1][0]
-        above = [t for t, a in hist if a and t >= now - 2 * window]  # lately, not after a gap
-        return bool(above) and above[-1] - above[0] >= window - 1e-6
+        if step <= 0 or window / step >= FEW_READINGS or window / max(step, EVERY_S) < self.k:
+            return True  # a reading weighs little, or stays in fewer than k checks
+        held = self._held.setdefault(uuid, deque(maxlen=2 * self.n))
+        held.append(now)
+        return any(now - 2 * window <= t <= now - window + 1e-6 for t in held)
 
     def _incident(self, uuid: str, index: int, started: float, now: float,
                   row: np.ndarray, score: float, peers: np.ndarray | None,
