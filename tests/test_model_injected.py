@@ -69,3 +69,20 @@ def test_the_injected_section_finds_a_slowdown_and_its_control_is_quiet() -> Non
     assert by["slowdown"].outcome == "found" and by["slowdown"].tta is not None
     assert by["slowdown"].size == "65 % of normal power"
     assert by["none (control)"].outcome == "control" and by["none (control)"].false == []
+
+
+@needs_real
+def test_the_stretch_under_a_fault_does_not_phase_lock_with_a_coarse_sampler() -> None:
+    """The copies of the stretch before the onset are 67 s apart, not a minute: a
+    sub-second dip that a sampler every 10, 30 or 60 s caught in one copy is not caught in
+    the next. nanoGPT dips for 0.3 s every 22 s; with a repeated minute its 10 s copy
+    caught the same dip 7 minutes running (the untouched log: about every 6 minutes),
+    and the control paged "utilization swings 37 %"."""
+    for step in (10.0, 30.0, 60.0):
+        log = RawLog(NANO, NANOGPT)
+        onset = MF.busy_onset(log, 0, 14 * 60.0)
+        log.insert(onset, 600.0)
+        log.thin(step)
+        mine = (log.gpu == 0) & (log.ts >= onset) & (log.ts < onset + 600.0)
+        dips = log.ts[mine][log.values("utilization.gpu")[mine] < 90.0]
+        assert len(dips) <= 2, (step, dips - onset)
