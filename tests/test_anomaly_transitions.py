@@ -495,12 +495,13 @@ def test_a_workload_change_is_re_learned_once_the_node_warms_slower_than_1_5_c_p
     assert done is not None and learned_by - 20 <= done <= learned_by
 
 
-def test_training_reads_no_peer_feature_in_each_gpus_start_up() -> None:
+def test_training_reads_no_peer_power_in_each_gpus_start_up() -> None:
     """A rank that lagged its peers by 0.40 of its power while the job started (as
     nanoGPT's rank 0 did) does not teach the model that a GPU may draw 0.40 less than
-    its peers: the fit reads the peer features of each GPU's start-up
+    its peers: the fit reads ``peer_power`` of each GPU's start-up
     (:func:`T.start_up_mask`, stepped as the gate is) as unknown. The start-up's levels
-    stay in the fit (its lower power is in the range), and so do later windows."""
+    stay in the fit (its lower power is in the range), and so do its other peer features
+    and every later window."""
     from watchdog.anomaly import train
 
     row = _steady()[2]
@@ -513,13 +514,14 @@ def test_training_reads_no_peer_feature_in_each_gpus_start_up() -> None:
     feats[:, :, F.INDEX["temp_slope"]] = 0.0
     feats[:9, 0, F.INDEX["peer_power"]] = -0.40  # rank 0 at the start: 90 s
     feats[:9, 0, F.INDEX["power_frac"]] -= 0.40
-    feats[300, 1, F.INDEX["peer_util"]] = -30.0  # later: learned
+    feats[:9, 1, F.INDEX["peer_util"]] = -30.0  # another rank's swings at the start
+    feats[300, 2, F.INDEX["peer_power"]] = -0.25  # later: learned
     mask = T.start_up_mask(t, feats)
     first = int(np.argmin(mask[:, 0]))
     assert T.WARM_MIN_S <= t[first] - t[0] <= T.GRACE_MAX_S
     assert mask[:first].all() and not mask[first:].any()
     model, _ = train.fit(feats, step=10.0, t=t, gpu_model="x", stride=10.0, min_windows=50)
-    assert model.lo[F.INDEX["peer_power"]] > -0.1
+    assert model.lo[F.INDEX["peer_power"]] == pytest.approx(-0.25, abs=0.01)
     assert model.lo[F.INDEX["power_frac"]] < row[0, F.INDEX["power_frac"]] - 0.3
     assert model.lo[F.INDEX["peer_util"]] == pytest.approx(-30.0, abs=0.1)
 

@@ -220,19 +220,19 @@ def fit(feats: np.ndarray, *, step: float, t: np.ndarray, gpu_model: str,
 
 
 def _apart_at_start(feats: np.ndarray, early: np.ndarray) -> np.ndarray:
-    """``feats`` with the peer features of each GPU's start-up windows (``early``) read
-    as unknown (NaN: the median): the ranks of a job that starts are not yet in step, so
-    how one stands against the others teaches nothing about the job. nanoGPT's rank 0
-    drew 0.40 of its limit less than its peers at full utilization for two minutes while
-    the job started, exactly what a GPU slowed to 65 % of its power does; learned, it hid
-    that slowdown. The windows stay (their levels, their warming)."""
-    if not early.any() or feats.shape[1] < 2:  # alone: no peers, its own drops count
+    """``feats`` with ``peer_power`` of each GPU's start-up windows (``early``) read as
+    unknown (NaN: the median). While a job starts its ranks do not draw in step (rank 0
+    compiles, loads, writes): nanoGPT's rank 0 drew 0.40 of its limit less than its
+    peers at full utilization for two minutes, exactly what a GPU slowed to 65 % of its
+    power does, and learned, that hid the slowdown. The windows stay (their levels, their
+    warming) and so do their other peer features: with all of them unknown, a forced
+    8-minute fit of that log paged on a rank's utilization swings (+13 points against its
+    peers, threshold 1.06 instead of 0.77)."""
+    if not early.any() or feats.shape[1] < 2:  # alone: no peers
         return feats
     out = feats.copy()
-    cols = [F.INDEX[n] for n in (*F.PEERS, "peer_temp_drift", "peer_util_drops")]
-    rows = out[early]
-    rows[:, cols] = np.nan
-    out[early] = rows
+    col = out[:, :, F.INDEX["peer_power"]]
+    col[early] = np.nan
     return out
 
 
