@@ -19,7 +19,7 @@ through the one scoring stage with the rules' incidents (one page per problem), 
 judged: found (an ``anomaly`` incident on the faulty GPU fired
 after the onset, before the fault ends), the time to alert (fired_at - onset), the
 fault's size then, and false anomalies (any other). The untouched copy at each step is
-the control (the same minute repeated, nothing written over it). The model declining a
+the control (the same 67 s repeated, nothing written over it). The model declining a
 copy (too few busy windows before the onset) is listed as such, with its reason. Last,
 ``replay --model auto`` itself on each log sampled every 60 s and without its power
 column: the model runs or says why not.
@@ -85,7 +85,7 @@ def logs(real: Path) -> list[Log]:
 
 def run(log: Log, fault: str | None, step: float, rules: Any, tmp: Path,
         drop: tuple[str, ...] = ()) -> Outcome:
-    """One copy of ``log`` with ``fault`` (None: the control, the same minute repeated
+    """One copy of ``log`` with ``fault`` (None: the control, the same 67 s repeated
     with nothing written over it) sampled every ``step`` s, without the column groups
     ``drop``; replayed with the shipped rules, the model fitted on everything before the
     onset, then judged as the module docs say."""

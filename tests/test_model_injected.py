@@ -32,7 +32,7 @@ def test_a_slowdown_draws_65_percent_at_unchanged_utilization() -> None:
     before = {g: _median(log, "power.draw", g, onset - 60, onset) for g in (2, 3)}
     lab = MF.slowdown(log, onset, 2)
     assert lab.gpus == (2,) and lab.end - lab.onset == 600.0
-    late = (onset + 120, onset + 600)  # after the ramp; the node repeats its minute
+    late = (onset + 120, onset + 600)  # after the ramp; the node repeats its last 67 s
     assert _median(log, "power.draw", 2, *late) == pytest.approx(0.65 * before[2], rel=0.03)
     assert _median(log, "power.draw", 3, *late) == pytest.approx(before[3], rel=0.03)
     assert _median(log, "utilization.gpu", 2, *late) >= 98.0
