@@ -6,7 +6,9 @@ through this stage with the same rules for *when* to judge, *whom* to judge and 
 * **When.** The readings of every tick are kept (a window's worth, plus the drift's
   look-back); a window is judged at the first tick of every :data:`EVERY_S` bucket of data
   time (``floor(t / 10 s)`` changes) once a full window is in: the same ticks whether the
-  readings arrive one by one (live) or a recording at a time (replay).
+  readings arrive one by one (live) or a recording at a time (replay). A window that is
+  not judged (the agent has no model yet; ``--model auto`` fitted on it) still steps the
+  gate's transitions, so judging does not begin with a start-up on a busy node.
 * **Whom.** Not a GPU on which a rule is pending or firing at that tick: the detector's
   :class:`~watchdog.detect.engaged.EngagedTimeline`, which gives the same answer for a
   time in live and in replay. A judgement waits until the detector has evaluated its tick
@@ -188,11 +190,12 @@ class AnomalyStage:
             # not judged (no model yet, or the part --model auto fits on): the gate
             # still follows the GPUs' transitions, so a node busy for an hour is not in
             # a start-up when judging begins
-            seen = [r for r in ready if self.runner is None or r[0] < self.start]
+            start = math.inf if self.start is None or self.runner is None else self.start
+            seen = [r for r in ready if r[0] < start]  # the queue is in time order
             for t, uuids, _index, f in seen:
                 if f is not None:
                     self.gate.observe(t, uuids, f, engaged.at(t))
-            ready = ready[len(seen):] if self.runner is not None else []
+            ready = ready[len(seen):]
         if not ready:
             return []
         assert self.runner is not None
