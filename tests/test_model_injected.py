@@ -58,17 +58,24 @@ def test_a_drift_climbs_half_a_degree_a_minute_on_one_gpu(tmp_path: Path) -> Non
 @needs_real
 @pytest.mark.slow
 def test_the_injected_section_finds_a_slowdown_and_its_control_is_quiet() -> None:
+    """The 8-GPU copies sampled every 1, 10 and 30 s: the slowdown is found in each (at
+    1 s only since rank 0's start-up no longer puts -0.40 in ``peer_power``'s range) and
+    no copy pages anything else (at 10 s, a single dip of utilization paged before one
+    reading stopped paging)."""
     sys.path.insert(0, str(REPO / "bench"))
     from model_injected import injected
 
     from watchdog.detect import load_rules
 
-    _, out = injected(REAL, load_rules(None), steps=(30.0,), only="nanoGPT 8-GPU")
-    by = {r.fault: r for r in out}
-    assert set(by) == {"slowdown", "temp_drift", "none (control)"}
-    assert by["slowdown"].outcome == "found" and by["slowdown"].tta is not None
-    assert by["slowdown"].size == "65 % of normal power"
-    assert by["none (control)"].outcome == "control" and by["none (control)"].false == []
+    _, out = injected(REAL, load_rules(None), steps=(1.0, 10.0, 30.0), only="nanoGPT 8-GPU")
+    assert {r.fault for r in out} == {"slowdown", "temp_drift", "none (control)"}
+    for r in out:
+        assert r.false == [], (r.fault, r.step, r.false)
+        if r.fault == "slowdown":
+            assert r.outcome == "found" and r.tta is not None, (r.step, r.outcome)
+            assert r.size == "65 % of normal power"
+        if r.fault == "none (control)":
+            assert r.outcome == "control"
 
 
 @needs_real
