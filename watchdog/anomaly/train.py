@@ -155,7 +155,7 @@ def fit(feats: np.ndarray, *, step: float, t: np.ndarray, gpu_model: str,
     from sklearn.ensemble import IsolationForest
 
     t0 = time.perf_counter()
-    feats = _apart_at_start(feats, start_up_mask(t, feats, max(1, round(stride / step))))
+    feats = _start_up_power_unknown(feats, start_up_mask(t, feats, max(1, round(stride / step))))
     base_uuids: tuple[str, ...] = ()
     base_coef = None
     if uuids is not None:
@@ -219,7 +219,7 @@ def fit(feats: np.ndarray, *, step: float, t: np.ndarray, gpu_model: str,
     return model, {"fit_s": time.perf_counter() - t0, "windows": float(len(xf))}
 
 
-def _apart_at_start(feats: np.ndarray, early: np.ndarray) -> np.ndarray:
+def _start_up_power_unknown(feats: np.ndarray, early: np.ndarray) -> np.ndarray:
     """``feats`` with ``peer_power`` of each GPU's start-up windows (``early``) read as
     unknown (NaN: the median). While a job starts its ranks do not draw in step (rank 0
     compiles, loads, writes): nanoGPT's rank 0 drew 0.40 of its limit less than its
