@@ -131,3 +131,38 @@ def test_output_in_missing_folder(tmp_path: Path, capsys) -> None:
     rc = main(["record", "--source", "sim", "--duration", "5s",
                "--output", str(tmp_path / "no" / "such" / "x.wdrec")])
     assert rc == 2 and "cannot write" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("how", ["SIGTERM", "SIGINT inherited ignored"])
+def test_a_signal_ends_a_live_recording_cleanly(tmp_path: Path, how: str) -> None:
+    """``timeout``/``kill``/systemd stop with SIGTERM, and a recorder in a script's background
+    inherits SIGINT ignored: either way the samples so far are written (the last chunk
+    included, here the only one), the summary printed, exit 0. Seen on a lent H100: a
+    background ``watchdog record`` ignored ``kill -INT`` and its chunk was never written."""
+    import os
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    out = tmp_path / "live.wdrec"
+    sig = signal.SIGTERM if how == "SIGTERM" else signal.SIGINT
+    ignore = None if how == "SIGTERM" else (lambda: signal.signal(signal.SIGINT, signal.SIG_IGN))
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "watchdog", "record", "--source", "sim", "--gpus", "2",
+         "--realtime", "--interval", "0.2s", "--duration", "10m", "--output", str(out)],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, preexec_fn=ignore,
+        env={**os.environ, "PYTHONUNBUFFERED": "1"})
+    deadline = time.monotonic() + 30
+    while not out.exists() and time.monotonic() < deadline:
+        time.sleep(0.05)
+    time.sleep(1.0)  # a few ticks in, all of them still in the chunk held in memory
+    proc.send_signal(sig)
+    stdout, stderr = proc.communicate(timeout=20)
+    assert proc.returncode == 0, stderr
+    assert f"{sig.name}: closing the recording" in stderr
+    assert "Traceback" not in stderr
+    assert stdout.startswith("recorded 2 GPUs, ")
+    ticks = list(open_log(out).ticks())
+    assert len(ticks) >= 3
+    assert all(len(samples) == 2 for _, samples in ticks)
