@@ -1,11 +1,12 @@
 #!/usr/bin/env bash
-# One lent GPU machine, one call (about 8 minutes): the gpu-marked tests, `watchdog check`
+# One lent GPU machine, one call (about 8.5 minutes: give it timeout_s 590): the gpu-marked tests, `watchdog check`
 # against gpustat, the agent's CPU against gpustat's with a job running, and a labelled
 # recording of a job change followed by a slowed GPU (bench/gpu_workload.py) taken by
 # nvidia-smi, `watchdog record` and the running agent at once.
 #
 # Run from the repository root on the device machine, with the project's missing
-# dependencies carried as wheels in .whl/ (docs: the device tool's README):
+# dependencies carried as wheels in .whl/ (docs: the device tool's README) and the
+# project's own wheel in .whl/self/ (here: `pip wheel --no-deps -w .whl/self .`):
 #     bash bench/gpu_session.sh            # writes $OUT/gpu.tar.gz
 # Every step runs even when an earlier one fails; each step's output is in the archive.
 set -u
@@ -40,6 +41,15 @@ for i in 1 2 3 4 5; do
   echo "  gpustat rc $?" >>"$D/check_times.txt"
 done
 watchdog check >"$D/check_human.txt" 2>&1; echo "rc $?" >>"$D/check_human.txt"
+# the same from an installed copy (bytecode written at install, as on a real node: the
+# image keeps none, and compiling 172 modules was half of check's start on 2026-11-26)
+python3 -m pip install -q --no-deps --target /tmp/wdsite .whl/self/*.whl \
+    >"$D/pip_self.txt" 2>&1
+for i in 1 2 3 4 5; do
+  { time PYTHONPATH=/tmp/wdsite:/tmp/site python3 -m watchdog check --json --duration 0 \
+      >/dev/null 2>&1; } 2>>"$D/check_installed_times.txt"
+  { time python3 -m gpustat --json >/dev/null 2>&1; } 2>>"$D/check_installed_times.txt"
+done
 
 # 3. the labelled run: recorders and the agent first, then the workload
 nvidia-smi --query-gpu=timestamp,index,uuid,name,pstate,utilization.gpu,utilization.memory,memory.used,memory.total,power.draw,power.limit,enforced.power.limit,temperature.gpu,temperature.memory,clocks.sm,clocks.mem,clocks.max.sm,clocks_event_reasons.active,pcie.link.gen.current,pcie.link.width.current \
@@ -64,6 +74,7 @@ grep -E '^(VmHWM|VmRSS)' /proc/$AGENT/status >"$D/agent_mem.txt" 2>&1
 cat /proc/$AGENT/stat >>"$D/agent_mem.txt" 2>&1
 getconf CLK_TCK >>"$D/agent_mem.txt"
 kill -TERM $AGENT $REC $SMI
+( sleep 20; kill -KILL $AGENT $REC 2>/dev/null ) &  # a stop that hangs must not eat the call
 wait $AGENT; echo "agent rc $?" >>"$D/agent.log"
 wait $REC; echo "record rc $?" >>"$D/record.txt"
 cp -r /tmp/wd-state "$D/state" 2>/dev/null
