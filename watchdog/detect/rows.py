@@ -56,8 +56,14 @@ def by_gpu(codes: np.ndarray, k: int) -> np.ndarray:
 
 
 def unique(a: np.ndarray) -> np.ndarray:
-    """``np.unique(a)``; without a sort when ``a`` is already in order (block rows are)."""
-    if len(a) > 1 and bool((a[1:] >= a[:-1]).all()):
+    """``np.unique(a)``; without a sort when ``a`` is already in order (block rows are).
+
+    Also why not ``np.unique`` itself for those: numpy 2 loads its masked arrays
+    (``numpy.ma``) on its first call, 6 ms of every ``watchdog check`` (about 50 ms where
+    no bytecode is kept), for one reading per GPU."""
+    if len(a) < 2:
+        return np.array(a, copy=True)
+    if bool((a[1:] >= a[:-1]).all()):
         return a[np.concatenate(([True], a[1:] != a[:-1]))]
     return np.unique(a)
 
