@@ -95,6 +95,35 @@ def test_check_does_not_import_pandas_or_sklearn(argv):
     assert not mods & {"pandas", "sklearn", "matplotlib", "scipy", "numpy.ma"}
 
 
+_MODULES_AFTER = """
+import io, json, sys, contextlib
+from watchdog.testing import fakenvml
+fakenvml.install("healthy")
+from watchdog.cli import main
+with contextlib.redirect_stdout(io.StringIO()):
+    rc = main(sys.argv[1:])
+print(json.dumps({"rc": rc, "modules": sorted(sys.modules)}))
+"""
+
+
+def test_a_probe_loads_only_its_own_command_and_no_simulator():
+    """``watchdog check`` registers only the check command (importing all nine command
+    modules cost 16 ms of every probe) and, probing NVML, loads no simulator; a typo
+    still gets the full parser's error naming every command."""
+    proc = subprocess.run([sys.executable, "-c", _MODULES_AFTER, "check", "--json",
+                           "--duration", "0"], capture_output=True, text=True, timeout=60,
+                          check=False)
+    doc = json.loads(proc.stdout)
+    assert doc["rc"] == 0, proc.stderr
+    commands = {m for m in doc["modules"] if m.startswith("watchdog.commands.")}
+    assert commands == {"watchdog.commands.check", "watchdog.commands.common"}
+    assert not [m for m in doc["modules"] if m.startswith("watchdog.sources.sim")]
+    typo = subprocess.run([sys.executable, "-m", "watchdog", "chekc"], capture_output=True,
+                          text=True, timeout=60, check=False)
+    assert typo.returncode == 2
+    assert "invalid choice: 'chekc'" in typo.stderr and "'silence'" in typo.stderr
+
+
 def test_the_command_line_caps_math_library_threads_before_numpy_loads():
     """On a many-core host OpenBLAS would start a thread per core when numpy loads: the
     command line caps every math-library pool at one thread first (a value the user set

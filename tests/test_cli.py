@@ -25,7 +25,7 @@ def test_watchdog_errors_become_one_line_and_their_exit_code(
     def boom(_args: object) -> int:
         raise InputError("trace.csv:3: column 'power.draw': 'abc' is not a number")
 
-    monkeypatch.setattr(cli, "build_parser", lambda: _parser_with("boom", boom))
+    monkeypatch.setattr(cli, "build_parser", lambda only=None: _parser_with("boom", boom))
     assert cli.main(["boom"]) == 2
     err = capsys.readouterr().err
     assert err == "watchdog: error: trace.csv:3: column 'power.draw': 'abc' is not a number\n"
@@ -36,7 +36,7 @@ def test_internal_errors_never_print_a_traceback(
     def bug(_args: object) -> int:
         raise ZeroDivisionError("division by zero")
 
-    monkeypatch.setattr(cli, "build_parser", lambda: _parser_with("bug", bug))
+    monkeypatch.setattr(cli, "build_parser", lambda only=None: _parser_with("bug", bug))
     assert cli.main(["bug"]) == 70
     err = capsys.readouterr().err
     assert "Traceback" not in err and "internal error: ZeroDivisionError" in err

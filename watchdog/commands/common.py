@@ -41,11 +41,11 @@ def gpu_model_arg(args: argparse.Namespace) -> str | None:
     stderr). ``--model`` now names the anomaly model; any other value is an error."""
     import sys
 
+    old = getattr(args, "old_model", None)
+    if old is None:  # (the simulator's models are imported only past here: a probe of
+        return args.gpu_model  # real GPUs loads no simulator)
     from watchdog.sources.sim.models import MODELS
 
-    old = getattr(args, "old_model", None)
-    if old is None:
-        return args.gpu_model
     if old not in MODELS:
         raise InputError(f"--model {old}: this command takes no anomaly model; the "
                          f"simulated GPU type is --gpu-model ({' | '.join(MODELS)})")

@@ -62,24 +62,27 @@ def tokenize(src: str) -> list[Tok]:
             raise LangError(f"unexpected character {src[pos]!r}", pos + 1)
         col = pos + 1
         pos = m.end()
-        if m.group("ws"):
+        # the alternative that matched (``unit`` closes after ``num``): one lookup, not a
+        # group() per alternative (rules are parsed on every `watchdog check`)
+        kind = m.lastgroup
+        if kind == "ws":
             continue
-        if m.group("hex"):
-            out.append(Tok("num", m.group("hex"), col, float(int(m.group("hex"), 16))))
-        elif m.group("dur"):
-            v = units.parse_duration(m.group("dur"), what="window")
-            out.append(Tok("num", m.group(0), col, v, "s"))  # value in seconds
-        elif m.group("num"):
+        text = m.group(0)
+        if kind == "hex":
+            out.append(Tok("num", text, col, float(int(text, 16))))
+        elif kind == "dur":
+            v = units.parse_duration(text, what="window")
+            out.append(Tok("num", text, col, v, "s"))  # value in seconds
+        elif kind in ("num", "unit"):
             unit = m.group("unit")
             v = float(m.group("num"))
             if unit in _DURATION_UNITS:
                 v *= _DURATION_UNITS[unit]
-            out.append(Tok("num", m.group(0), col, v, unit))
-        elif m.group("name"):
-            t = m.group("name")
-            out.append(Tok("kw" if t in KEYWORDS else "name", t, col))
+            out.append(Tok("num", text, col, v, unit))
+        elif kind == "name":
+            out.append(Tok("kw" if text in KEYWORDS else "name", text, col))
         else:
-            out.append(Tok("op", m.group("op"), col))
+            out.append(Tok("op", text, col))
     out.append(Tok("end", "", len(src) + 1))
     return out
 
