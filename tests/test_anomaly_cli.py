@@ -139,6 +139,28 @@ def test_train_samples_the_real_gpus_through_nvml(tmp_path: Path) -> None:
 
 
 @pytest.mark.slow
+def test_train_sampling_the_gpus_ends_on_sigterm_and_fits_what_it_read(tmp_path: Path) -> None:
+    """``train --source nvml --duration 2h`` stopped by SIGTERM (``timeout``, systemd,
+    Slurm) after a few seconds: the sampling ends at once and the fit runs on what was
+    read (here too little: one line, exit 2), not a process killed with its hours lost."""
+    import signal
+    import time
+
+    proc = subprocess.Popen([sys.executable, "-m", "watchdog.testing.fakenvml", "healthy",
+                             "--", "watchdog", "train", "--source", "nvml", "--duration",
+                             "2h", "--output", str(tmp_path / "m.wdm")],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            cwd=tmp_path)
+    time.sleep(3.0)
+    proc.send_signal(signal.SIGTERM)
+    _, err = proc.communicate(timeout=60)
+    assert proc.returncode == 2, err
+    assert "watchdog: SIGTERM: sampling ended after 0." in err
+    assert "of 120; fitting on what was read" in err
+    assert "too little data to train" in err and "Traceback" not in err
+
+
+@pytest.mark.slow
 def test_train_and_replay_say_when_the_fit_is_coarse(tmp_path: Path) -> None:
     """A pattern the last fifth of the span holds throughout (the HBM clock at 80 % from
     75 min of a 90-minute span) sets the threshold above itself, so the model lets

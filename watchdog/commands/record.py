@@ -13,11 +13,10 @@ from __future__ import annotations
 import argparse
 import os
 import sys
-from collections.abc import Iterator
-from contextlib import contextmanager
 from typing import Any
 
 from watchdog.commands.common import add_source_args
+from watchdog.commands.live import Stop, ticks
 
 DEFAULT_DURATION = "10m"
 #: The most samples ``--chunk`` may ask for: a chunk is buffered as samples before it is
@@ -130,22 +129,12 @@ def record_live(spec: str, options: Any, out: str, *, duration: float, interval:
     if source is None:
         source = open_live(spec, options, start)
     devices = source.devices()
-    stop = _Stop()
     try:
         with RecordingWriter(out, host=source.host, devices=devices, source=spec,
-                             chunk_rows=chunk_rows) as writer, stop:
-            t = start
+                             chunk_rows=chunk_rows) as writer, Stop() as stop:
             try:
-                while t < start + duration and not stop.signal:
+                for t in ticks(clock, start, duration, interval, stop):
                     writer.write(source.sample(t))
-                    t += interval
-                    now = clock.now()
-                    if now > t:  # fell behind: skip to the next tick still ahead
-                        t += interval * ((now - t) // interval + 1)
-                    with stop.waiting():
-                        clock.sleep_until(t)
-            except _Stopped:
-                pass
             except KeyboardInterrupt:  # off the main thread, where no handler of ours is
                 stop.signal = "interrupted"
         if stop.signal:
@@ -153,64 +142,6 @@ def record_live(spec: str, options: Any, out: str, *, duration: float, interval:
     finally:
         source.close()
     return _stats(writer, out, len(devices))
-
-
-class _Stopped(Exception):
-    """Raised by :class:`_Stop`'s handler, only while the recorder sleeps between ticks."""
-
-
-class _Stop:
-    """SIGTERM and SIGINT end a recording cleanly: the last chunk is written, the summary
-    printed, exit 0.
-
-    Why both, and why installed here: ``timeout``, ``kill``, systemd and Slurm stop a
-    process with SIGTERM, whose default action would lose the chunk in memory (up to
-    ``--chunk`` samples, an hour of one GPU at 1 s); and a recorder started in the
-    background of a script inherits SIGINT ignored, so Ctrl-C's KeyboardInterrupt never
-    comes. A signal during a read or a write only sets :attr:`signal`; the loop stops
-    after that sample. During the sleep between ticks it interrupts the sleep at once.
-    Installed only on the main thread (where Python runs signal handlers); elsewhere the
-    previous behaviour (KeyboardInterrupt) stays.
-    """
-
-    def __init__(self) -> None:
-        self.signal = ""
-        self._sleeping = False
-        self._old: dict[int, Any] = {}
-
-    def __enter__(self) -> _Stop:
-        import signal
-        import threading
-
-        if threading.current_thread() is threading.main_thread():
-            for sig in (signal.SIGTERM, signal.SIGINT):
-                self._old[sig] = signal.signal(sig, self._on_signal)
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        import signal
-
-        for sig, old in self._old.items():
-            signal.signal(sig, old)
-
-    def _on_signal(self, signum: int, _frame: object) -> None:
-        import signal
-
-        self.signal = signal.Signals(signum).name
-        if self._sleeping:
-            raise _Stopped
-
-    @contextmanager
-    def waiting(self) -> Iterator[None]:
-        """Around the sleep between ticks: a signal (or one that came during the read just
-        before) ends it at once."""
-        self._sleeping = True
-        try:
-            if self.signal:
-                raise _Stopped
-            yield
-        finally:
-            self._sleeping = False
 
 
 def _stats(writer: Any, out: str, gpus: int) -> dict[str, Any]:

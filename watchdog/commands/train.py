@@ -1,7 +1,8 @@
 """``watchdog train``: fit the anomaly model on healthy telemetry and write it to a file.
 
 The source is a log or recording (PATH), the simulated node (``sim[:SCENARIO…]``), or the
-real GPUs (``nvml``: sampled for ``--duration``). Windows that overlap an incident the
+real GPUs (``nvml``: sampled for ``--duration``, on the monotonic clock; SIGTERM or
+Ctrl-C ends the sampling early and fits on what was read). Windows that overlap an incident the
 rules find are left out. The file is read by ``watchdog replay --model FILE`` and the
 daemon's config ``model: FILE``.
 """
@@ -61,25 +62,34 @@ def _name(rec: Any) -> str:
 
 def _sample_nvml(args: argparse.Namespace, duration: float, interval: float
                  ) -> tuple[Any, str, str]:
-    """Sample the real GPUs for ``duration`` s into a frame."""
-    import time
+    """Sample the real GPUs for ``duration`` s into a frame: ticks on the monotonic
+    clock (a wall-clock step neither stretches nor cuts the hours of sampling), and
+    SIGTERM or Ctrl-C ending the sampling early, the model then fitted on what was read
+    (:mod:`watchdog.commands.live`)."""
+    import sys
 
     import pandas as pd
 
     from watchdog.anomaly import features as F
+    from watchdog.clock import WallClock
     from watchdog.commands.common import source_options
+    from watchdog.commands.live import Stop, ticks
     from watchdog.sources import open_live
 
-    src = open_live("nvml", source_options(args), start=time.time())
+    clock = WallClock()
+    start = clock.now()
+    src = open_live("nvml", source_options(args), start=start)
     rows: list[dict[str, Any]] = []
     try:
-        end = time.time() + duration
-        while time.time() < end:
-            now = time.time()
-            for s in src.sample(now):
-                rows.append({"ts": now, "uuid": s.uuid, "index": s.index, "lost": s.lost,
-                             **{m: s.values.get(m) for m in F.METRICS}})
-            time.sleep(max(0.0, interval - (time.time() - now)))
+        with Stop() as stop:
+            for now in ticks(clock, start, duration, interval, stop):
+                for s in src.sample(now):
+                    rows.append({"ts": now, "uuid": s.uuid, "index": s.index,
+                                 "lost": s.lost, **{m: s.values.get(m) for m in F.METRICS}})
+        if stop.signal:
+            print(f"watchdog: {stop.signal}: sampling ended after "
+                  f"{(clock.now() - start) / 60:.1f} min of {duration / 60:.0f}; fitting on "
+                  "what was read", file=sys.stderr)
         names = [d.name for d in src.devices() if d.name]
     finally:
         src.close()
