@@ -156,7 +156,7 @@ def test_train_sampling_the_gpus_ends_on_sigterm_and_fits_what_it_read(tmp_path:
     _, err = proc.communicate(timeout=60)
     assert proc.returncode == 2, err
     assert "watchdog: SIGTERM: sampling ended after 0." in err
-    assert "of 120; fitting on what was read" in err
+    assert "of 120 min; fitting on what was read" in err
     assert "too little data to train" in err and "Traceback" not in err
 
 

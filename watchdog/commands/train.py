@@ -88,7 +88,7 @@ def _sample_nvml(args: argparse.Namespace, duration: float, interval: float
                                  "lost": s.lost, **{m: s.values.get(m) for m in F.METRICS}})
         if stop.signal:
             print(f"watchdog: {stop.signal}: sampling ended after "
-                  f"{(clock.now() - start) / 60:.1f} min of {duration / 60:.0f}; fitting on "
+                  f"{(clock.now() - start) / 60:.1f} of {duration / 60:.0f} min; fitting on "
                   "what was read", file=sys.stderr)
         names = [d.name for d in src.devices() if d.name]
     finally:
