@@ -344,8 +344,7 @@ def last_window(recent: Grid, lagged: Grid | None, window: float = WINDOW_S) -> 
         now[:, k] = np.nan
     else:
         now[:, k] = now[:, INDEX["peer_temp"]] - peer_temp_last(lagged, window)
-        w, gap = window_ticks(recent.step, window), hold_ticks(recent.step)
-        watts = [rolling_mean(_ffill(g.col("power.draw"), gap), w)[-1] for g in (recent, lagged)]
+        watts = [_last_mean(g, "power.draw", window) for g in (recent, lagged)]
         with np.errstate(invalid="ignore"):
             moved = np.abs(watts[0] - watts[1]) > DRIFT_POWER * ceilings(recent)["power"][-1]
         now[moved, k] = np.nan
@@ -358,11 +357,17 @@ def peer_temp_last(grid: Grid, window: float = WINDOW_S) -> np.ndarray:
     temperature alone, with :func:`compute`'s operations on the same rows (so the same
     values, bit for bit, as ``compute(grid, window, mask_dead=False)[-1]``): the drift's
     lagged half needs nothing else, and the other 30 features cost the hook 0.1 ms."""
-    w = window_ticks(grid.step, window)
-    temp = rolling_mean(_ffill(grid.col("temperature.gpu"), hold_ticks(grid.step)), w)[-1:]
+    temp = _last_mean(grid, "temperature.gpu", window)[None]
     if temp.shape[1] < 2:
         return np.where(np.isnan(temp), np.nan, 0.0)[0]
     return (temp - row_median(temp))[0]
+
+
+def _last_mean(grid: Grid, metric: str, window: float) -> np.ndarray:
+    """``(G,)``: ``metric``'s mean over the window ending at ``grid``'s last tick, held
+    readings filled as :func:`compute` fills them (the same values, bit for bit)."""
+    held = _ffill(grid.col(metric), hold_ticks(grid.step))
+    return rolling_mean(held, window_ticks(grid.step, window))[-1]
 
 
 def compute_last(grid: Grid, window: float = WINDOW_S) -> np.ndarray:
