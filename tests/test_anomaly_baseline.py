@@ -61,9 +61,11 @@ def test_own_temp_is_a_departure_above_the_line_in_its_steady_state() -> None:
     settling = _rows([65], [0.8])
     settling[..., F.INDEX["temp_slope"]] = -1.0
     assert np.isnan(baseline.residual(settling, coef)).all()
-    # below its line: no fault to act on; beyond the powers it was fitted over: no line
+    # below its line: no fault to act on; beyond the powers it was fitted over, with a
+    # peer: no line (alone: see the next-but-one test)
     assert np.allclose(baseline.residual(_rows([55], [0.8]), coef), 0.0)
-    assert np.isnan(baseline.residual(_rows([45], [0.3]), coef)).all()
+    two = np.vstack([coef, coef])
+    assert np.isnan(baseline.residual(_rows([45, 62], [0.3, 0.8]), two)[0, 0])
     # a sloped line holds SPAN_MARGIN beyond its powers; a flat one (fitted on a narrow
     # span: it knows nothing of how temperature follows power) only over them (issue 19:
     # a new job's power 0.04 beyond it read +2 C on the flat line)
@@ -85,7 +87,10 @@ def test_a_steep_line_on_a_narrow_span_holds_a_quarter_of_it_beyond() -> None:
     line = [13.0, 80.0, 0.30, 0.41]
     one = np.array([line])
     assert np.allclose(baseline.residual(_rows([48.0], [0.43]), one), 0.6)
-    assert np.isnan(baseline.residual(_rows([48.0], [0.44]), one)).all()
+    # alone, 0.03 beyond (0.27 of its span) it is read less 3 C per span: 1.8 C high
+    # there reads 0.98
+    got = baseline.residual(_rows([13 + 80 * 0.44 + 1.8], [0.44]), one)
+    assert np.allclose(got, 1.8 - 3.0 * 0.03 / 0.11)
     # GPU 0 and 2 lag 1.6 C (0.02 of power); GPU 1 is 5 C above its line besides; GPU 2
     # sits 0.035 beyond its span: it reads NaN, its lag counts (without it GPU 1: +4.2)
     three = np.array([line, line, line])
@@ -104,6 +109,47 @@ def test_a_steep_line_on_a_narrow_span_holds_a_quarter_of_it_beyond() -> None:
     temps2 = [13 + 80 * v - 1.8 for v in p2]
     got = baseline.residual(_rows(temps2, p2), four)[0]
     assert np.allclose(got[[0, 2]], 0.0) and np.isnan(got[[1, 3]]).all()
+
+
+def test_a_gpu_alone_is_read_beyond_its_span_less_the_slope_s_error() -> None:
+    """Issue 19 (``bench/model_jobs.py --faults``: ``power_mismatch`` 6 min into a new job
+    on the 1-GPU nodes h100 seeds 2 and 3, a100 seed 2, missed): the new job ran at 0.93
+    of the limit, beyond the line the first job gave (0.517-0.579 on h100 seed 2), and
+    its power fell to 0.61 at the same temperature. Alone, nothing else tells that from
+    the job's lighter phase; its own line does, 0.03 beyond its span. A GPU alone is
+    read up to one span beyond, less 3 C per span of distance."""
+    a, b, lo, hi = 33.6, 49.3, 0.517, 0.579
+    line = np.array([[a, b, lo, hi]])
+    off = 75.0 - (a + b * 0.61)  # +11.3 C above its line's extension
+    got = baseline.residual(_rows([75.0], [0.61]), line)
+    assert np.allclose(got, off - 3.0 * (0.61 - hi) / (hi - lo))  # 9.8 C
+    below = baseline.residual(_rows([60.0], [0.50]), line)  # 0.017 under its span
+    assert np.allclose(below, 60.0 - (a + b * 0.50) - 3.0 * (lo - 0.50) / (hi - lo))
+    # the job's own lighter phase: on its line's extension, or under it (a GPU's
+    # temperature is concave in its power), reads 0
+    assert np.allclose(baseline.residual(_rows([a + b * 0.61], [0.61]), line), 0.0)
+    # settling back towards the line after the power drop: the lag, NaN; the same
+    # reading rising away from it is read
+    lag = _rows([75.0], [0.61])
+    lag[..., F.INDEX["temp_slope"]] = -2.0
+    assert np.isnan(baseline.residual(lag, line)).all()
+    lag[..., F.INDEX["temp_slope"]] = 1.0
+    assert np.allclose(baseline.residual(lag, line), got)
+    # h100 seed 3: a wide line (0.506-0.979), the power 0.16 under it (past SPAN_MARGIN)
+    # at 56 C, +4.9 C over its extension: read 4.1; cooling towards it, a lag: NaN (its
+    # fit's phase switches read up to +3.6 C otherwise, and the fault stayed inside)
+    wide = np.array([[40.74, 29.3, 0.506, 0.979]])
+    far = _rows([56.0], [0.35])
+    want = 56.0 - (40.74 + 29.3 * 0.35) - 3.0 * (0.506 - 0.35) / (0.979 - 0.506)
+    assert np.allclose(baseline.residual(far, wide), want)
+    far[..., F.INDEX["temp_slope"]] = -2.0
+    assert np.isnan(baseline.residual(far, wide)).all()
+    # more than one span beyond, a line not rising with power, or a peer beside it: NaN
+    assert np.isnan(baseline.residual(_rows([75.0], [0.65]), line)).all()
+    flat = np.array([[a + b * 0.55, 0.0, lo, hi]])
+    assert np.isnan(baseline.residual(_rows([75.0], [0.61]), flat)).all()
+    pair = baseline.residual(_rows([75.0, 61.0], [0.61, 0.55]), np.vstack([line, line]))
+    assert np.isnan(pair[0, 0])
 
 
 def test_a_flat_line_takes_its_peers_slope_through_its_own_point() -> None:

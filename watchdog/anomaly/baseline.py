@@ -37,6 +37,12 @@ MIN_SPREAD = 0.05  # power_frac range below which the slope is not fitted (flat 
 MIN_SLOPE = 1.0
 SETTLING_C_PER_MIN = 0.5  # a GPU this far from its line, moving back to it this fast, lags
 SPAN_MARGIN = 0.05  # of the power ceiling: how far beyond its fitted powers a sloped line holds
+# A GPU alone (a 1-GPU node) beyond where its line holds is still read up to one span
+# further, less this much (C) per span of distance: a steep line's slope errs by about a
+# degree over its own span (noise at its two ends), so its error grows with the distance
+# over the span. Alone, nothing else tells a GPU drawing a third less power at the same
+# temperature (its power fault) from a lighter phase of a new job (issue 19).
+REACH_C_PER_SPAN = 3.0
 
 
 def fit(feats: np.ndarray, ok: np.ndarray) -> np.ndarray:
@@ -179,7 +185,10 @@ def residual(feats: np.ndarray, lines: np.ndarray) -> np.ndarray:
         beyond = np.zeros(r.shape, bool)
     settling = _settling(r, feats[..., F.INDEX["temp_slope"]])
     if r.shape[-1] < 2:
-        return _above(np.where(settling | beyond, np.nan, r))
+        if lines.shape[1] >= 4:
+            r = np.where(beyond, _reach(feats, lines), r)
+            settling = _settling(r, feats[..., F.INDEX["temp_slope"]])
+        return _above(np.where(settling, np.nan, r))
     busy = F.busy(feats.reshape(-1, *feats.shape[-2:])).reshape(r.shape)
     # only a line rising with power says how far power lags: one falling with it (-3.8 C
     # per unit on the job stream) turned the node's lag around and put a settling peer
@@ -201,6 +210,25 @@ def residual(feats: np.ndarray, lines: np.ndarray) -> np.ndarray:
     # a GPU settling back towards its line while its peers do not (one GPU's power
     # changed: a job on part of the node) is no departure either
     return _above(np.where((settling & (own * r > 0)) | beyond | shaky, np.nan, own))
+
+
+def _reach(feats: np.ndarray, lines: np.ndarray) -> np.ndarray:
+    """``(..., G)``: the distance (C) above each GPU's own line of ``(..., G, F)``
+    features at a power beyond the line's fitted span, less :data:`REACH_C_PER_SPAN` per
+    span of distance; NaN more than one span beyond, or for a line not rising with power
+    (a flat line says nothing of how temperature follows power). Concave in power (fans
+    speed up as a GPU warms), a GPU's temperature lies under its line's extension on both
+    sides, so what errs here is the fitted slope, by about the same on every span.
+
+    Read for a GPU alone only: with peers, the node's common lag is read off the lines
+    too, and a line beyond its span puts its error into every GPU's reading."""
+    power = feats[..., F.INDEX["power_frac"]]
+    lo, hi = lines[:, 2], lines[:, 3]
+    span = np.maximum(hi - lo, 0.01)
+    with np.errstate(invalid="ignore"):
+        d = np.maximum(np.maximum(lo - power, power - hi), 0.0)
+        out = _off_line(feats, lines) - REACH_C_PER_SPAN * d / span
+        return np.where((d > span) | ~_rising(lines), np.nan, out)
 
 
 def _above(own: np.ndarray) -> np.ndarray:
