@@ -50,19 +50,22 @@ def _jobs_node(job: tuple[str, int, int, float, float]) -> tuple[str, int, int, 
     return gm, gpus, seed, schedule_node(gm, gpus, seed, hours, fit_h, load_rules(None))
 
 
-def jobs(seeds: list[int], hours: float, fit_h: float) -> bool:
+def jobs(seeds: list[int], hours: float, fit_h: float,
+         sizes: tuple[int, ...] = JOB_NODES) -> bool:
     """2c: nodes that live as real ones do (``watchdog/sources/sim/schedule.py``): a new
     job every 2-8 h (model size, batch, precision, GPUs in use), checkpoints of 1-10
     min, restarts, idle spells, an inference server between jobs; 8-, 4-, 2- and 1-GPU
     nodes of both GPU models, ``hours`` each, every node fitted on its first ``fit_h``
-    h (its first job) and scored through the stage's gate and runner."""
+    h (its first job) and scored through the stage's gate and runner. ``sizes``: the
+    node sizes to run (a change to one path, such as a GPU working alone, re-measured
+    on the nodes it reaches)."""
     from concurrent.futures import ProcessPoolExecutor
 
     nodes = [(gm, n, seed, hours, fit_h) for seed in seeds for gm in GPU_MODELS
-             for n in JOB_NODES]
+             for n in sizes]
     nodes.sort(key=lambda x: -x[1])  # the big ones first: the pool ends together
     print(f"\n2c. false anomalies on nodes that change jobs: {len(nodes)} nodes "
-          f"({'/'.join(map(str, JOB_NODES))} GPUs x both GPU models x seeds "
+          f"({'/'.join(map(str, sizes))} GPUs x both GPU models x seeds "
           f"{seeds[0]}-{seeds[-1]}), {hours:g} h each after a {fit_h:g} h fit")
     n_false, gpu_h, changes, job_n = 0, 0.0, 0, 0
     t0 = time.perf_counter()
@@ -208,16 +211,23 @@ def main() -> int:
     ap.add_argument("--hours", type=float, default=168.0, help="hours per node (a week)")
     ap.add_argument("--seeds", type=int, default=1, help="seeds (each: 8 nodes, 30 GPUs)")
     ap.add_argument("--first-seed", type=int, default=1)
+    ap.add_argument("--gpus", default=",".join(map(str, JOB_NODES)),
+                    help="node sizes to run, comma-separated (default: all)")
     ap.add_argument("--faults", action="store_true",
                     help="the unnamed faults written into a new job instead (1b)")
     args = ap.parse_args()
     if args.faults:
         return 0 if faults_after_change(args.seeds if args.seeds > 1 else 3) else 1
-    if args.hours < 3 or args.seeds < 1 or args.first_seed < 0:
-        print("model_jobs: --hours at least 3, --seeds at least 1, --first-seed at least 0",
-              file=sys.stderr)
+    try:
+        sizes = tuple(int(x) for x in args.gpus.split(","))
+    except ValueError:
+        sizes = ()
+    if (args.hours < 3 or args.seeds < 1 or args.first_seed < 0
+            or not sizes or not set(sizes) <= set(JOB_NODES)):
+        print("model_jobs: --hours at least 3, --seeds at least 1, --first-seed at least 0, "
+              f"--gpus among {','.join(map(str, JOB_NODES))}", file=sys.stderr)
         return 2
-    jobs(list(range(args.first_seed, args.first_seed + args.seeds)), args.hours, 2.0)
+    jobs(list(range(args.first_seed, args.first_seed + args.seeds)), args.hours, 2.0, sizes)
     return 0
 
 
