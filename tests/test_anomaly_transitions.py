@@ -108,7 +108,7 @@ def test_a_power_drop_six_minutes_into_a_new_job_pages_once_the_node_settles() -
         cool[i] = cool[i - 1] + (part.c_per_w * lost[i] - cool[i - 1]) * a
     bad.loc[hit, "power.draw"] -= lost
     bad.loc[hit, "temperature.gpu"] = np.round(bad.loc[hit, "temperature.gpu"] - cool)
-    found, stage = _judge(bad, t0)
+    found, _ = _judge(bad, t0)
     assert [i.gpus for i in found] == [["7"]], [i.summary for i in found]
     assert found[0].fired_at - onset <= 300
     assert found[0].evidence["features"][0]["feature"] == "peer_power"
