@@ -103,7 +103,7 @@ def write_fault(frame: Any, name: str, gpu: int, onset: float, gpu_model: str) -
     utilization."""
     import numpy as np
 
-    from watchdog.sources.sim.models import get_model
+    from watchdog.testing.model_faults import slowdown_frame
 
     out = frame.copy()
     hit = (out["index"] == gpu) & (out["ts"] >= onset)
@@ -112,14 +112,7 @@ def write_fault(frame: Any, name: str, gpu: int, onset: float, gpu_model: str) -
         # a GPU drawing less dissipates less (this bench kept the temperature of the
         # full draw until issue 19's seventh session, and the model found the 1-GPU
         # cases by that, a GPU hot for its power, not by the slowdown)
-        part = get_model(gpu_model)
-        lost = out.loc[hit, "power.draw"].to_numpy() * 0.35
-        cool = np.zeros_like(lost)
-        for i in range(1, len(lost)):
-            a = 1.0 - np.exp(-(dt[i] - dt[i - 1]) / part.tau_s)
-            cool[i] = cool[i - 1] + (part.c_per_w * lost[i] - cool[i - 1]) * a
-        out.loc[hit, "power.draw"] -= lost
-        out.loc[hit, "temperature.gpu"] = np.round(out.loc[hit, "temperature.gpu"] - cool)
+        slowdown_frame(out, gpu, onset, gpu_model)
     elif name == "slow_no_reason":
         out.loc[hit, "clocks.sm"] = np.round(out.loc[hit, "clocks.sm"] * 0.92 / 15) * 15
         out.loc[hit, "clocks_event_reasons.active"] = 0.0

@@ -93,21 +93,12 @@ def test_a_power_drop_six_minutes_into_a_new_job_pages_once_the_node_settles() -
     """The same slowdown while the node still settles (6 min into the new job), its
     temperature following its power down (the simulated part's C per W, tau 60 s): the
     re-learning must not take the fallen power as the job's normal (Gate._falls)."""
-    from watchdog.sources.sim.models import get_model
+    from watchdog.testing.model_faults import slowdown_frame
 
     frame, change, t0 = _node(8, "h100-sxm", 3)
     onset = change + 6 * 60
     bad = frame.copy()
-    hit = (bad["index"] == 7) & (bad["ts"] >= onset)
-    dt = bad.loc[hit, "ts"].to_numpy() - onset
-    part = get_model("h100-sxm")
-    lost = bad.loc[hit, "power.draw"].to_numpy() * 0.35
-    cool = np.zeros_like(lost)
-    for i in range(1, len(lost)):
-        a = 1.0 - np.exp(-(dt[i] - dt[i - 1]) / part.tau_s)
-        cool[i] = cool[i - 1] + (part.c_per_w * lost[i] - cool[i - 1]) * a
-    bad.loc[hit, "power.draw"] -= lost
-    bad.loc[hit, "temperature.gpu"] = np.round(bad.loc[hit, "temperature.gpu"] - cool)
+    slowdown_frame(bad, 7, onset, "h100-sxm")
     found, _ = _judge(bad, t0)
     assert [i.gpus for i in found] == [["7"]], [i.summary for i in found]
     assert found[0].fired_at - onset <= 300

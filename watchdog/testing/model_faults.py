@@ -17,6 +17,9 @@ Both insert ``duration`` s of the minute before the onset (:meth:`RawLog.insert`
 goes on with what it did) and write the fault over that stretch. Each returns an
 :class:`~watchdog.testing.inject.Label` of kind ``anomaly``.
 
+:func:`slowdown_frame` writes the slowdown into a simulated frame instead (the part's own
+thermal constants).
+
 :func:`one_gpu` writes one GPU of a multi-GPU log as a log of its own: a 1-GPU node, with
 no peers to compare against.
 """
@@ -25,6 +28,7 @@ from __future__ import annotations
 
 import math
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -72,6 +76,27 @@ def temp_drift(log: RawLog, onset: float, gpu: int, rate: float = 0.5,
     t = log.ts[rows] - onset
     log.set("temperature.gpu", rows, log.values("temperature.gpu")[rows] + rate * t / 60.0)
     return Label("anomaly", (gpu,), onset, end, onset, shift)
+
+
+def slowdown_frame(frame: Any, gpu: int, onset: float, gpu_model: str,
+                   frac: float = 0.65) -> None:
+    """:func:`slowdown` on a simulated frame (its ``index``, ``ts``, ``power.draw`` and
+    ``temperature.gpu`` columns, changed in place): GPU ``gpu`` draws ``frac`` of its power
+    from ``onset`` (epoch s) on, and its temperature follows the lost draw down with the
+    simulated part's C per W and time constant, as the simulator's own
+    ``power_mismatch`` does (it edits the power before the thermal model)."""
+    from watchdog.sources.sim.models import get_model
+
+    part = get_model(gpu_model)
+    hit = (frame["index"] == gpu) & (frame["ts"] >= onset)
+    dt = frame.loc[hit, "ts"].to_numpy() - onset
+    lost = frame.loc[hit, "power.draw"].to_numpy() * (1.0 - frac)
+    cool = np.zeros_like(lost)
+    for i in range(1, len(lost)):
+        a = 1.0 - math.exp(-(dt[i] - dt[i - 1]) / part.tau_s)
+        cool[i] = cool[i - 1] + (part.c_per_w * lost[i] - cool[i - 1]) * a
+    frame.loc[hit, "power.draw"] -= lost
+    frame.loc[hit, "temperature.gpu"] = np.round(frame.loc[hit, "temperature.gpu"] - cool)
 
 
 def one_gpu(path: Path, mapping: dict[str, str] | None, gpu: int, out: Path) -> Path:
