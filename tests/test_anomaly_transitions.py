@@ -615,6 +615,8 @@ def test_a_gpu_whose_power_falls_while_its_job_settles_is_judged_against_where_i
     assert all(s[3] > thr for s in scores) and all((s[:3] <= thr).all() for s in scores)
     # judged 0.2 under its place before the fall, not moved back by the fallen level
     assert all(np.isclose(f[3, pp], model.fill[pp] - 0.2) for f in judged)
+    gate.set_model(model)  # a refit: the offsets it was judged against are gone
+    assert gate.gpus[uuids[3]].fell is None
     # the whole job falling together is a phase of the job: learned, judged normal
     gate, _, scores = _fall_through_settle(model, uuids, row, [], 0.2, peers_too=True)
     assert all(gate.gpus[u].fell is None for u in uuids)

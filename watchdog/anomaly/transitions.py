@@ -209,6 +209,8 @@ class Gate:
         """A refit: learned normals were offsets against the old model, so they go."""
         self.model = model
         self.normals, self.current, self.relearn = [{}], {}, None
+        for st in self.gpus.values():  # a fall was judged against an offset that went
+            st.fell = None
 
     # --- one window ------------------------------------------------------------------
     def observe(self, t: float, uuids: Sequence[str], feats: np.ndarray,
