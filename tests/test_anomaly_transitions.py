@@ -609,22 +609,22 @@ def test_a_gpu_whose_power_falls_while_its_job_settles_is_judged_against_where_i
     pp, pf = F.INDEX["peer_power"], F.INDEX["power_frac"]
     thr = model.threshold
     gate, judged, scores = _fall_through_settle(model, uuids, row, [3], 0.2)
-    assert gate.gpus[uuids[3]].fell == pp
-    assert all(g.fell is None for g in (gate.gpus[u] for u in uuids[:3]))
+    assert gate.gpus[uuids[3]].fell
+    assert not any(gate.gpus[u].fell for u in uuids[:3])
     assert any("power fell" in line and uuids[3] in line for _t, line in gate.events)
     assert all(s[3] > thr for s in scores) and all((s[:3] <= thr).all() for s in scores)
     # judged 0.2 under its place before the fall, not moved back by the fallen level
     assert all(np.isclose(f[3, pp], model.fill[pp] - 0.2) for f in judged)
     gate.set_model(model)  # a refit: the offsets it was judged against are gone
-    assert gate.gpus[uuids[3]].fell is None
+    assert not gate.gpus[uuids[3]].fell
     # the whole job falling together is a phase of the job: learned, judged normal
     gate, _, scores = _fall_through_settle(model, uuids, row, [], 0.2, peers_too=True)
-    assert all(gate.gpus[u].fell is None for u in uuids)
+    assert not any(gate.gpus[u].fell for u in uuids)
     assert all((s <= thr).all() for s in scores)
     # a GPU alone falling from 0.93 to 0.61 of its limit: its job's lighter phase looks
     # the same (the week's h100 1-GPU node of seed 2 paged 28 times): learned as it is
     one = row[:1].copy()
     one[0, pf] = 0.93
     gate, judged, _ = _fall_through_settle(model, uuids[:1], one, [0], 0.32)
-    assert gate.gpus[uuids[0]].fell is None
+    assert not gate.gpus[uuids[0]].fell
     assert not any("power fell" in line for _t, line in gate.events)
