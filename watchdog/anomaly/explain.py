@@ -57,6 +57,9 @@ WORDS: dict[str, tuple[str, str, float, str]] = {
                  " C", 1.0, "+.1f"),
     "sm_clock_unexplained": ("SM clock below its maximum with no throttle reason",
                              " points of max", 100.0, ".1f"),
+    "mem_util": ("memory bandwidth utilization", "%", 1.0, ".0f"),
+    "own_power": ("power against what it drew at the same activity in this job",
+                  " points of limit", 100.0, "+.0f"),
 }
 HINTS = {"temp": "check the fan, airflow or coolant of this GPU",
          "power": "power does not match the work: check the board and its power delivery",

@@ -56,6 +56,19 @@ Features (:data:`FEATURES`, order fixed by :data:`FEATURE_SCHEMA`; units in brac
   power cap spread their clocks too widely for ``peer_sm_clock`` to tell (-4 to +9 points
   on a simulated A100 node), while a healthy GPU without reasons runs at its maximum.
   NaN where the reasons are not read. Schema 3 added it.
+* ``mem_util`` [%]: the memory controller's utilization (``utilization.memory``: the
+  share of time device memory was read or written), where the GPU or log reports it.
+  With ``sm_active`` and ``tensor_active`` it is the activity that tells a job's lighter
+  phase (less bandwidth, fewer tensor ops, the same utilization and memory used) from a
+  slowdown at the same work: nvidia-smi logs and GPUs without GPM (A100, most logs)
+  have only this one. Schema 7 added it.
+* ``own_power`` [fraction of the power limit]: the GPU's power against what it drew at
+  the same activity earlier in its current work (a GPU working alone: no peers to
+  compare with), where it is :data:`~watchdog.anomaly.transitions.SLOW_FALL` or more
+  lower; 0 (read as normal, NaN) otherwise. The scoring stage's gate fills it
+  (:meth:`~watchdog.anomaly.transitions.Gate._slowed`); :func:`compute` leaves it NaN.
+  Schema 7 added it: a slowdown at 65 % of a new job's power on a 1-GPU node lies at a
+  level the first job's lighter phase holds, and every other feature reads normal.
 
 Slopes are the difference between the means of the last and the first third of the
 window over the time between their centres: robust to a single odd reading and cheap
@@ -71,7 +84,7 @@ import numpy as np
 
 from watchdog import reasons as R
 
-FEATURE_SCHEMA = 6  # bump when a feature's meaning, unit or order changes
+FEATURE_SCHEMA = 7  # bump when a feature's meaning, unit or order changes
 WINDOW_S = 60.0
 LOOKBACK_S = 600.0  # history of peer_temp_drift
 DRIFT_POWER = 0.05  # of the power limit: peer_temp_drift only at the power of LOOKBACK_S ago
@@ -83,11 +96,12 @@ FEATURES: tuple[str, ...] = (
     "frac_sync_boost", "frac_thermal", "frac_hw_slowdown", "peer_util", "peer_power",
     "peer_temp", "peer_sm_clock", "peer_mem_clock", "peer_sm_active", "peer_util_std",
     "peer_temp_slope", "peer_temp_drift", "peer_util_drops", "own_temp",
-    "sm_clock_unexplained")
+    "sm_clock_unexplained", "mem_util", "own_power")
 INDEX = {name: i for i, name in enumerate(FEATURES)}
 METRICS = ("utilization.gpu", "power.draw", "enforced.power.limit", "gpm.sm_activity",
            "gpm.tensor_activity", "temperature.gpu", "clocks.sm", "clocks.mem",
-           "memory.used", "memory.total", "clocks_event_reasons.active")
+           "memory.used", "memory.total", "clocks_event_reasons.active",
+           "utilization.memory")
 LAGGED = ("temperature.gpu", "power.draw")  # all that the drift's lagged half reads
 REASON_BITS = {"frac_idle": R.GPU_IDLE, "frac_locked": R.APPLICATIONS_CLOCKS,
                "frac_power_cap": R.SW_POWER_CAP, "frac_sync_boost": R.SYNC_BOOST,
@@ -246,6 +260,7 @@ def compute(grid: Grid, window: float = WINDOW_S, *, mask_dead: bool = True) -> 
     put("power_slope", rolling_slope(pfrac, w, grid.step))
     put("sm_active", rolling_mean(col["gpm.sm_activity"], w))
     put("tensor_active", rolling_mean(col["gpm.tensor_activity"], w))
+    put("mem_util", rolling_mean(col["utilization.memory"], w))
     put("temp_mean", rolling_mean(col["temperature.gpu"], w))
     put("temp_slope", rolling_slope(col["temperature.gpu"], w, grid.step))
     put("sm_clock_frac", rolling_mean(smf, w))

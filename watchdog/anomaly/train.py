@@ -61,7 +61,7 @@ SCALE_FLOOR = {"util_mean": 2.0, "util_std": 2.0, "power_frac": 0.02, "power_slo
                "peer_sm_clock": 0.01, "peer_mem_clock": 0.01, "peer_sm_active": 2.0,
                "peer_util_std": 1.0, "peer_temp_slope": 0.5, "peer_temp_drift": 1.0,
                "peer_util_drops": 1.0, "own_temp": 0.15,
-               "sm_clock_unexplained": 0.01}
+               "sm_clock_unexplained": 0.01, "mem_util": 2.0, "own_power": 0.01}
 
 
 @dataclass
