@@ -59,7 +59,7 @@ from watchdog.sources.sim.faults import UNNAMED  # noqa: E402
 from watchdog.sources.sim.frames import simulate  # noqa: E402
 
 EXPECTED = {  # the features each fault moves (the explanation's first should be one)
-    "power_mismatch": {"power_frac", "peer_power", "power_slope"},
+    "power_mismatch": {"power_frac", "peer_power", "power_slope", "own_power"},
     "slow_no_reason": {"sm_clock_frac", "peer_sm_clock", "sm_clock_std",
                        "sm_clock_unexplained"},
     "temp_drift": {"temp_mean", "temp_slope", "peer_temp", "peer_temp_slope", "own_temp",

@@ -49,6 +49,12 @@ as normal): they follow the power at the GPU's own time constant.
   judged against that normal at once, no change declared (:meth:`Gate._known`).
 * A GPU working alone, back at a power level its job held and left, is not judged for
   as long as that phase lasted (:meth:`Gate._phase`).
+* A GPU working alone remembers the most power it drew at each activity of its work
+  (utilization, memory used, memory-controller and GPM activity); drawing
+  :data:`SLOW_FALL` of its limit and :data:`SLOW_FRAC` of that power less at the same
+  activity, it is slowing down (``own_power``, judged, never a workload change)
+  (:meth:`Gate._slowed`). Its work ends at a warm-up, a workload change, or an idle
+  spell in which it released its memory (a checkpoint holds it).
 
 On a workload change every GPU of the job is not judged while the node settles (at
 least :data:`WARM_MIN_S`, then until the GPUs' median temperature trend is within
@@ -116,7 +122,7 @@ KNOWN = 4  # normals remembered (the fitted model's own counts as one)
 # a healthy GPU without throttle reasons runs at its maximum clock and its HBM at its
 # own clock whatever the job (so a fault there is never learned as a new normal)
 NO_SHIFT = frozenset(("own_temp", "peer_temp_drift", "sm_clock_unexplained", "mem_clock_frac",
-                      "peer_mem_clock", "peer_util_drops"))
+                      "peer_mem_clock", "peer_util_drops", "own_power"))
 THERMAL_PEERS = ("peer_temp", "peer_temp_slope", "peer_temp_drift")  # follow power
 # what a GPU's temperature lagging behind a power step moves (read as normal then)
 LAG = ("temp_mean", "temp_slope", "peer_temp", "peer_temp_slope")
@@ -135,6 +141,19 @@ POWER_UP = 0.15  # alone, power this much (of its limit) over its normal: a heav
 # power at 65 % written 6 min into a new job was learned as the job's normal: missed on
 # 3 of 6 8-GPU nodes, found after 920 s on a fourth)
 FALL_PEER = 0.08
+# A GPU working alone that draws SLOW_FALL of its limit less than it drew at the same
+# activity earlier in its work, and SLOW_FRAC of that power or more, is slowing down
+# (own_power, judged: the issue's slowdown at 65 % of normal power). Activity: the
+# window's levels of ACTIVITY each within its tolerance, memory-controller or GPM
+# activity among them (without either, a job's lighter phase, less bandwidth and fewer
+# tensor ops at the same utilization and memory used, looks the same)
+SLOW_FALL = 0.15
+SLOW_FRAC = 0.2
+ACTIVITY = {"util_mean": 10.0, "mem_ratio": 0.03, "mem_util": 5.0, "sm_active": 5.0,
+            "tensor_active": 5.0}  # feature -> tolerance (its unit)
+ACTIVE = ("mem_util", "sm_active", "tensor_active")  # at least one of these must be read
+WORKS = 32  # activity levels (and the most power drawn at each) remembered per GPU
+LEARN_REACH = 0.5  # a normal window within this share of the tolerances: the same activity
 REF_ALPHA = 0.1  # weight of a new normal window in a GPU's reference (util, memory)
 PHASE_TOL = 0.05  # of the power limit: windows this near a stay's first power hold its level
 PHASE_MIN_S = 60.0  # a level held this long (s) and left is a phase of the job (not a ramp)
@@ -166,12 +185,20 @@ class _Gpu:
     phases: deque[tuple[float, float]] = field(
         default_factory=lambda: deque(maxlen=PHASES))  # (power_frac, s) held and left
     fell: bool = False  # fell from its peers while its job settled: peer_power judged shifted
+    works: deque[tuple[np.ndarray, float]] = field(
+        default_factory=lambda: deque(maxlen=WORKS))  # (activity, most power_frac) lately
+    # idle with its memory released since it last worked: the process ended, and what
+    # comes next is another (h100 1-GPU seed 9 of the week's stream: a job 72 s after
+    # the last one, at its activity and memory and 0.73 of the limit where the last
+    # drew 0.93, paged 10 times "power ... -20 points" as a slowdown)
+    freed: bool = False
 
     def new_work(self, t: float) -> None:
-        """Another process or job from ``t``: the drift's look-back, the phases and a
-        fall are the old work's."""
+        """Another process or job from ``t``: the drift's look-back, the phases, the power
+        drawn at each activity and a fall are the old work's."""
         self.drift_from, self.stay, self.fell = t, None, False
         self.phases.clear()
+        self.works.clear()
 
 
 @dataclass
@@ -227,6 +254,7 @@ class Gate:
         runs, or the node departs together)."""
         busy = F.valid_rows(feats[None])[0]
         raw, pausing, grace = self._transit(t, uuids, feats, busy, engaged)
+        raw = self._slowed(uuids, raw, busy, engaged)
         real = raw  # the transitions and the re-learning see the real trends
         raw = self._lag(t, uuids, raw)
         if real is not feats:  # peers re-taken among the job's GPUs: score that
@@ -294,8 +322,10 @@ class Gate:
         gap = self.last_t is not None and t - self.last_t >= IDLE_GAP_S
         self.last_t = t
         pf = feats[:, F.INDEX["power_frac"]]
+        mem = feats[:, F.INDEX["mem_ratio"]]
         for g, u in enumerate(uuids):
-            self._transitions(t, u, bool(busy[g]), u in engaged, gap)
+            self._transitions(t, u, bool(busy[g]), u in engaged, gap,
+                              freed=not busy[g] and bool(mem[g] < MEMBER_MEM))
             if not math.isnan(pf[g]):
                 self.gpus[u].powers.append((t, float(pf[g])))
                 if busy[g]:
@@ -413,8 +443,11 @@ class Gate:
         return out
 
     # --- transitions -----------------------------------------------------------------
-    def _transitions(self, t: float, u: str, busy: bool, engaged: bool, gap: bool) -> None:
+    def _transitions(self, t: float, u: str, busy: bool, engaged: bool, gap: bool,
+                     freed: bool = False) -> None:
+        """One GPU's transitions at ``t`` (``freed``: idle with its memory released)."""
         st = self.gpus.setdefault(u, _Gpu())
+        st.freed = st.freed or freed
         if gap and st.idle_since is None:  # the data stopped: an idle spell since then
             st.idle_since = t - IDLE_GAP_S
         if engaged:
@@ -438,7 +471,9 @@ class Gate:
                 self._grace(st, t, WARM_MIN_S, "warm-up after an idle gap")
             else:
                 self._grace(st, t, CKPT_GRACE_S, "after a checkpoint", fixed=True)
-        st.idle_since = None
+            if st.freed:  # its process ended (a checkpoint holds its memory): new work
+                st.new_work(t)
+        st.idle_since, st.freed = None, False
 
     @staticmethod
     def _grace(st: _Gpu, t: float, minimum: float, why: str, fixed: bool = False) -> None:
@@ -611,13 +646,18 @@ class Gate:
         moved against its normal, or (``alone``: the only GPU at work, no peers to
         compare with) it runs a process that started after an idle gap. A GPU that
         started with its peers is judged against them instead: a fault present from its
-        first minutes stands out there."""
+        first minutes stands out there. Its power up by :data:`POWER_UP` is a heavier
+        phase, a new workload, unless it draws less than it drew at the same activity
+        in its work (``own_power`` set): a slowdown, whose heavier phase is no new job
+        (a100 1-GPU seed 3 of ``model_jobs.py --faults``: slowed from the change on, it
+        re-learned its slowed heavy phase as a new workload)."""
         st = self.gpus[u]
         if st.ref is None:
             return st.after_gap and alone
         util, mem = row[F.INDEX["util_mean"]], row[F.INDEX["mem_ratio"]]
         power = row[F.INDEX["power_frac"]]
-        harder = alone and power - st.ref[2] > POWER_UP  # a job's heavier phase
+        slowed = not math.isnan(row[F.INDEX["own_power"]])
+        harder = alone and not slowed and power - st.ref[2] > POWER_UP  # a heavier phase
         return bool(abs(mem - st.ref[1]) > MEM_STEP or abs(util - st.ref[0]) > UTIL_STEP
                     or (st.after_gap and alone) or harder)
 
@@ -645,9 +685,71 @@ class Gate:
             out = ((row < lo) | (row > hi)) & may & ~np.isnan(row)
         return not out.any()
 
+    # --- a GPU alone slowing down ----------------------------------------------------
+    def _slowed(self, uuids: Sequence[str], raw: np.ndarray, busy: np.ndarray,
+                engaged: set[str] | frozenset[str]) -> np.ndarray:
+        """``raw`` with ``own_power`` set on the one GPU at work (no peers at work; not
+        while its job settles) where its power lies :data:`SLOW_FALL` of its limit and
+        :data:`SLOW_FRAC` of that power or more under the most it drew at the same
+        activity in its current work (:meth:`_works_at`): a copy where it is set.
+
+        Why: with peers, a GPU that slows down falls away from them (``peer_power``).
+        Alone, every other feature can read normal: on a 1-GPU node whose first job ran
+        a heavy phase (0.85 of the limit) and a light one (0.47), a second job's heavy
+        phase (0.79) slowed to 65 % draws 0.51, inside the training's range, at the
+        utilization, memory and clocks of the work, and the forest scored it 0.45 under
+        a threshold of 0.83 for 25 minutes (h100 seed 1 of ``model_jobs.py --faults``).
+        What tells it from the job's own lighter phase (0.28 there) is the activity: the
+        lighter phase moves less memory traffic and fewer tensor ops."""
+        workers = [g for g, u in enumerate(uuids) if busy[g] and u not in engaged]
+        if len(workers) != 1:
+            return raw
+        g = workers[0]
+        u = uuids[g]
+        if self.relearn is not None and u in self.relearn.uuids:
+            return raw
+        power = float(raw[g, F.INDEX["power_frac"]])
+        most = self._works_at(self.gpus[u], raw[g])
+        if most is None or math.isnan(power):
+            return raw
+        fall = power - most
+        if fall > -SLOW_FALL or power > (1.0 - SLOW_FRAC) * most:
+            return raw
+        out = raw.copy()
+        out[g, F.INDEX["own_power"]] = fall
+        return out
+
+    @staticmethod
+    def _works_at(st: _Gpu, row: np.ndarray) -> float | None:
+        """The most power (of its limit) the GPU drew at ``row``'s activity in its current
+        work (:func:`_nearest`); None where no such activity is remembered."""
+        k = _nearest(st.works, row)
+        return None if k is None else st.works[k][1]
+
+    @staticmethod
+    def _learn_work(st: _Gpu, row: np.ndarray) -> None:
+        """A normal window's activity and power: the most drawn at that activity so far
+        (a window part-way into a slowdown never lowers it), or a new activity where none
+        lies within :data:`LEARN_REACH` of the tolerances (a job's ramp into its phase
+        would otherwise hold the steady level in an activity learned on the way: a100
+        1-GPU seed 1 of ``model_jobs.py --faults`` kept 45 % memory-controller activity
+        under a ramp window's 40 %, and learned the slowdown at 45.4 % as a new one)."""
+        power = float(row[F.INDEX["power_frac"]])
+        if math.isnan(power) or not math.isnan(row[F.INDEX["own_power"]]):
+            return
+        k = _nearest(st.works, row, LEARN_REACH)
+        if k is not None:
+            act, most = st.works[k]
+            if power > most:
+                st.works[k] = (act, power)
+        elif any(not math.isnan(row[F.INDEX[a]]) for a in ACTIVE):
+            st.works.append((row[ACT_AT].copy(), power))
+
     def _remember(self, u: str, row: np.ndarray) -> None:
-        """A judged, normal window: the GPU's reference (util, memory) follows it."""
+        """A judged, normal window: the GPU's reference (util, memory) follows it, and
+        the power it drew at its activity (:meth:`_learn_work`)."""
         st = self.gpus[u]
+        self._learn_work(st, row)
         now = (float(row[F.INDEX["util_mean"]]), float(row[F.INDEX["mem_ratio"]]),
                float(row[F.INDEX["power_frac"]]))
         st.after_gap = False
@@ -820,6 +922,11 @@ class Gate:
             st.after_gap = False
         for u in falls:
             self.gpus[u].fell = True
+        # the power the job drew at each activity so far, from its first busy windows
+        # on (power does not lag: a warming GPU draws what its work needs)
+        for u in rl.uuids:
+            for x in [*rl.early.get(u, ()), *rl.windows.get(u, ())]:
+                self._learn_work(self.gpus[u], x)
         self.relearn = None
         self.events.append((t, f"the model judges the new workload from now: {how}"))
 
@@ -928,6 +1035,29 @@ class Gate:
         return {"workload_changed_at": self.workload_changed_at,
                 "workload_change": self.workload_change,
                 "relearning": self.relearn is not None}
+
+
+ACT_AT = np.array([F.INDEX[a] for a in ACTIVITY])
+ACT_TOL = np.array(list(ACTIVITY.values()))
+ACT_ACTIVE = np.array([a in ACTIVE for a in ACTIVITY])
+
+
+def _nearest(works: Sequence[tuple[np.ndarray, float]], row: np.ndarray,
+             reach: float = 1.0) -> int | None:
+    """Of remembered activities ``works`` (levels in :data:`ACTIVITY` order, the most
+    power drawn there), the index of the nearest to ``row``'s whose every level lies
+    within ``reach`` of its tolerance, one of :data:`ACTIVE` read in both (a level unread
+    in either left out); None where there is none. Distance: the largest level's, in
+    tolerances."""
+    if not works:
+        return None
+    d = np.abs(row[ACT_AT] - np.stack([a for a, _ in works])) / ACT_TOL  # (W, A)
+    read = ~np.isnan(d)
+    ok = (read & ACT_ACTIVE).any(axis=1) & ~(np.where(read, d, 0.0) > reach).any(axis=1)
+    if not ok.any():
+        return None
+    far = np.where(ok, np.where(read, d, 0.0).max(axis=1), np.inf)
+    return int(np.argmin(far))
 
 
 def start_up_mask(t: np.ndarray, feats: np.ndarray, every: int = 1) -> np.ndarray:
