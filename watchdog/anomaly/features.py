@@ -56,19 +56,10 @@ Features (:data:`FEATURES`, order fixed by :data:`FEATURE_SCHEMA`; units in brac
   power cap spread their clocks too widely for ``peer_sm_clock`` to tell (-4 to +9 points
   on a simulated A100 node), while a healthy GPU without reasons runs at its maximum.
   NaN where the reasons are not read. Schema 3 added it.
-* ``mem_util`` [%]: the memory controller's utilization (``utilization.memory``: the
-  share of time device memory was read or written), where the GPU or log reports it.
-  With ``sm_active`` and ``tensor_active`` it is the activity that tells a job's lighter
-  phase (less bandwidth, fewer tensor ops, the same utilization and memory used) from a
-  slowdown at the same work: nvidia-smi logs and GPUs without GPM (A100, most logs)
-  have only this one. Schema 7 added it.
-* ``own_power`` [fraction of the power limit]: the GPU's power against what it drew at
-  the same activity earlier in its current work (a GPU working alone: no peers to
-  compare with), where it is :data:`~watchdog.anomaly.transitions.SLOW_FALL` or more
-  lower; 0 (read as normal, NaN) otherwise. The scoring stage's gate fills it
-  (:meth:`~watchdog.anomaly.transitions.Gate._slowed`); :func:`compute` leaves it NaN.
-  Schema 7 added it: a slowdown at 65 % of a new job's power on a 1-GPU node lies at a
-  level the first job's lighter phase holds, and every other feature reads normal.
+* ``mem_util`` [%] (``utilization.memory``), ``own_power`` [fraction of the limit]: a GPU
+  alone's power against the most it drew at the same activity (utilization, memory,
+  ``mem_util``, GPM) in its work, set by the gate where it fell that far
+  (:meth:`~watchdog.anomaly.transitions.Gate._slowed`), NaN here. Schema 7.
 
 Slopes are the difference between the means of the last and the first third of the
 window over the time between their centres: robust to a single odd reading and cheap
