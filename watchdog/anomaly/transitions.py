@@ -742,7 +742,7 @@ class Gate:
             act, most = st.works[k]
             if power > most:
                 st.works[k] = (act, power)
-        elif any(not math.isnan(row[F.INDEX[a]]) for a in ACTIVE):
+        elif (~np.isnan(row[ACT_AT]) & ACT_ACTIVE).any():  # one of ACTIVE read
             st.works.append((row[ACT_AT].copy(), power))
 
     def _remember(self, u: str, row: np.ndarray) -> None:
@@ -941,8 +941,9 @@ class Gate:
         Not alone (a 1-GPU node, a job on one GPU): there a job's lighter phase at the
         same utilization and memory within its first minutes is the same fall, and judged
         against the level before it, the simulated week's h100 1-GPU node of seed 2 paged
-        28 times ("power 42% of its limit (this job's normal 74%)"). Nor a fault present
-        from the job's first busy window."""
+        28 times ("power 42% of its limit (this job's normal 74%)"); alone, what it drew
+        at the same activity judges it (:meth:`_slowed`). Nor a fault present from the
+        job's first busy window."""
         out: dict[str, float] = {}
         if len(rl.early) < 2:
             return out
