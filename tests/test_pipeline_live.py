@@ -6,6 +6,7 @@ import pytest
 
 from watchdog.clock import ManualClock
 from watchdog.detect import Detector, load_rules
+from watchdog.detect.learned import LEVELS_VERSION
 from watchdog.incident import Incident
 from watchdog.pipeline.live import LivePipeline
 from watchdog.sources.sim import SimSource
@@ -152,7 +153,10 @@ def test_a_restart_keeps_the_learned_hang_wait_and_power_levels(tmp_path) -> Non
     assert learned["longest_s"] and learned["episodes"] >= 1
     waits, saved_levels = _store(tmp_path).load_learned("sim-node")
     assert waits["comm_hang"] == learned
-    assert saved_levels == levels and all(v["busy_w"] > 500 for v in levels.values())
+    assert {u: {k: v for k, v in lv.items() if k != "version"}
+            for u, lv in saved_levels.items()} == levels
+    assert all(v["busy_w"] > 500 for v in levels.values())
+    assert {lv["version"] for lv in saved_levels.values()} == {LEVELS_VERSION}
 
     after_restart, inc = _fire_delay("sim:comm_hang@5m", _store(tmp_path), 1_750_010_000.0)
     fresh, _ = _fire_delay("sim:comm_hang@5m", None, 1_750_010_000.0)
@@ -166,7 +170,7 @@ def test_a_simulated_node_never_touches_a_real_nodes_learned_state(tmp_path) -> 
     real = _store(tmp_path, "nvml")
     real.save_learned("sim-node", {"comm_hang": {"longest_s": 400.0, "episodes": 9}},
                       {"GPU-x": {"idle_w": 90.0, "busy_w": 650.0, "max_sm_mhz": 1980.0}},
-                      1_749_999_000.0)
+                      1_749_999_000.0, LEVELS_VERSION)
     clock = ManualClock(start=1_750_000_000.0)
     agent = _agent("sim:healthy", clock, [], store=_store(tmp_path, "sim"))
     assert agent.detector.learned_state()["comm_hang"]["longest_s"] is None  # not 400

@@ -32,8 +32,8 @@ from watchdog import catalogue
 
 # a GPU's idle power, taken as this share of its learned busy level when it was never seen
 # idle and no limit or model is known: H100 74 W of a 390-690 W busy level (0.11-0.19),
-# A100 PCIe 35 W of 245 W (0.14), L40S 38 W of 180 W (0.21); the hang rule's 20 % line then
-# sits at 36 % of the busy level, below the lowest legitimate busy phase seen (H100 at
+# A100 PCIe 35 W of 245 W (0.14), L40S 38 W of 180 W (0.21); the hang rule's 25 % line then
+# sits at 40 % of the busy level, below the lowest legitimate busy phase seen (H100 at
 # 390 of 690 W: 57 %) and above a hang at 1.5x idle on a node whose busy level is low
 # (H100: 110-125 W of 390 W: 28-32 %)
 IDLE_OF_BUSY = 0.20
@@ -77,8 +77,9 @@ def words(signal: str, code: float, value: float, name: str | None) -> str | Non
                           f"catalogue's TDP for {_model(name, 'tdp_w')}",
                 IDLE_BUSY: f"no idle period seen: idle taken as {IDLE_OF_BUSY:.0%} of the "
                            "busy level"}.get(c)
-    if signal == "power_busy_w":  # the limit until a busy level is learned: the default
-        return None
+    if signal == "power_busy_w":  # the limit stands in until the GPU's work is seen
+        return ("no busy level learned yet: the power limit stands in"
+                if c == BUSY_LIMIT else None)
     if signal == "mem_total_mib":
         return {TOTAL_USED_FREE: f"no memory.total column: total {value:.0f} MiB = used "
                                  "+ free (+ reserved where logged)",

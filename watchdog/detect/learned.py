@@ -16,6 +16,40 @@ across blocks, so that block and tick evaluation learn the same numbers:
   ``work_before_idle`` (:mod:`signals`). Running minima and maxima
   (``np.fmin.accumulate``) are exact, so any split of the input gives the same levels.
 
+What each level is, and what cannot teach it something false:
+
+* **idle** (W): the lowest 30 s mean power over 30 s in which the GPU ran nothing (mean
+  utilization < 5 %). Where the node shows a GPU with no process, that is its floor without
+  a CUDA context (H100 74 W, H200 79 W in ``real-gpu``); a node only ever seen with a
+  context open learns that instead (H100 122 W). Both lie far below work (2.5x and more),
+  and a spinning kernel draws about the context's level, so the hang rule's 20 % line
+  (idle + 20 % of busy - idle) sits above a hang either way. Nothing busy can lower it.
+* **busy** (W): the highest 30 s mean of power over the *working* readings of those 30 s
+  (:func:`working`: the reading's own utilization >= 90 %, its power >= 2.5x idle, and
+  GPM SM activity >= 15 % where the GPU reports it), counted only where working readings
+  fill at least :data:`BUSY_MIN_SHARE` of the window. A window mean of utilization and
+  power would blend work with idle gaps and spinning: on a real H200 whose utilization
+  aliases at 1 Hz (100 % and 0 % from one reading to the next while it draws 520-690 W),
+  the 30 s utilization mean passes 90 % only where a busy-wait fills the window, and a
+  window of 28 s of spin and 2 s of work taught "busy 203 W", which hid the next hang.
+  Readings are judged one by one, so neither aliasing nor a wait nor an idle gap enters
+  the level; a job whose first minutes are light learns their level, and the running
+  maximum rises with its heavier phase.
+* **the highest SM clock** (MHz): the running maximum of ``clocks.sm`` where the
+  inventory does not give it. A log that starts throttled learns a low maximum until the
+  clocks come up (a throttle is then missed for a while, never invented).
+* **the temperature while working** (C): the highest temperature at a working reading
+  (:func:`working`, without the power test where power is not logged), 10 minutes after
+  it was seen; a spinning kernel is not work and never teaches it.
+* a rule's **learned wait** (:class:`WaitLearner`): the longest episode of its condition
+  that ended on its own before it fired, so it grows by at most the rule's margin at a
+  time; aliased utilization never holds the hang rule's 15 s mean at 95 %.
+
+The levels are the GPU's, not the job's: a new job does not re-learn them (its work draws
+at most the busiest level seen, and a hang draws a few % of that range whatever the job).
+Stored levels carry :data:`LEVELS_VERSION`; levels stored under another definition are
+dropped when the agent starts (:func:`trusted_levels`), and the GPU learns them again.
+
 The live agent persists both as plain JSON-ready dicts (``Detector.learned_state`` and
 ``Detector.learned_levels``). ``docs/rules.md`` describes them for rule writers.
 """
@@ -37,19 +71,30 @@ from watchdog.errors import InputError
 from watchdog.units import parse_duration
 
 NAN = np.nan
+#: Version of the definition of the learned levels; levels stored under another are not
+#: trusted (version 1 learned busy power from 30 s means of utilization and power, which
+#: blended work with spinning: a real H200 stored 203 W for work at 520-690 W).
+LEVELS_VERSION = 2
 LEARN_WINDOW_S = 30.0  # smoothing of power/util before learning idle and busy levels
 IDLE_UTIL_PCT = 5.0
+# a reading is working (:func:`working`) at this utilization or more ...
 BUSY_UTIL_PCT = 90.0
-# a 30 s window at > 90 % util teaches the busy level only if its power is at least this
-# many times the idle level (learned, else the fixed fallbacks): a hung GPU at 100 % util
-# draws 1.4-1.8x idle (H100 123-132 W of 74 W, real-gpu/h100-spin-hang; V100 40-47 W,
-# horovod#3611) and must not become its own busy level; real work at 100 % draws 5x and
-# more (H100 390-690 W, A100 PCIe 165-245 W of 35 W)
+# ... drawing at least this many times the idle level (learned, else the fixed
+# fallbacks): a hung GPU at 100 % util draws 1.4-1.8x idle (H100 123-132 W of 74 W,
+# real-gpu/h100-spin-hang; H200 122 W of 79 W; V100 40-47 W, horovod#3611) and must not
+# become its own busy level; real work at 100 % draws 5x and more (H100 390-690 W, A100
+# PCIe 165-245 W of 35 W)
 BUSY_OVER_IDLE = 2.5
-# the highest temperature seen while working (util >= 90 %) counts from this long after it
-# was seen (s): a cooling fault's own climb (a minute or two) never raises its reference
+# ... and, where GPM is read, with at least this SM activity (%): a busy-wait kernel shows
+# 0.8 % (real-gpu/h200-spin-hang), training 75 %
+BUSY_SM_ACTIVITY_PCT = 15.0
+# a 30 s window teaches the busy level only where working readings fill this share of it:
+# an H200 whose utilization aliases at 1 Hz shows about half its readings at 100 %; a
+# stray reading or two never set the level alone
+BUSY_MIN_SHARE = 1.0 / 3.0
+# the highest temperature seen while working counts from this long after it was seen
+# (s): a cooling fault's own climb (a minute or two) never raises its reference
 WORK_TEMP_DELAY_S = 600.0
-WORK_UTIL_PCT = 90.0
 # work before an idle run: the share of this window (s) in which util was >= 5 %
 WORK_WINDOW_S = 300.0
 WORK_BUSY_PCT = 5.0
@@ -155,6 +200,19 @@ def work_window() -> Any:
                                    Num(0, WORK_BUSY_PCT)),), WORK_WINDOW_S)
 
 
+def working(util: np.ndarray, power: np.ndarray, sm_activity: np.ndarray,
+            idle: np.ndarray) -> np.ndarray:
+    """Readings at which the GPU works, one by one (bool): utilization (%) >= 90, and
+    neither power (W) under :data:`BUSY_OVER_IDLE` times ``idle`` (W) nor GPM SM activity
+    (%) under :data:`BUSY_SM_ACTIVITY_PCT`, each test skipped where its value is unknown
+    (NaN). A reading, not a window: 1 Hz utilization that aliases between 100 and 0 % and
+    the busy-wait of a hung collective (100 % at 1.5x idle, SM activity near 0) are told
+    apart reading by reading."""
+    with np.errstate(invalid="ignore"):
+        return ((util >= BUSY_UTIL_PCT) & ~(power < BUSY_OVER_IDLE * idle)
+                & ~(sm_activity < BUSY_SM_ACTIVITY_PCT))
+
+
 @functools.cache
 def learn_windows() -> tuple[Any, Any]:
     """The 30 s means of utilization and power the levels are learned from, as window
@@ -178,6 +236,9 @@ class PowerLevels:
         self.busy_w = np.empty(0)
         self.max_sm_mhz = np.empty(0)
         self.util_mean = Window("mean", LEARN_WINDOW_S)
+        # the busy level's window: mean power over working readings, and their share
+        self.work_power = Window("mean", LEARN_WINDOW_S)
+        self.work_share_w = Window("frac", LEARN_WINDOW_S)
         # serving rhythm per slot: start (s) of the current idle-with-memory run, end (s)
         # of the last server-like gap (NaN: none)
         self.idle_since = np.empty(0)
@@ -208,31 +269,38 @@ class PowerLevels:
                 self.since[k] = np.concatenate((v, pad))
 
     def power(self, seg: Segments, util: np.ndarray, power: np.ndarray,
-              idle_ref: np.ndarray, now: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+              idle_ref: np.ndarray, reading: tuple[np.ndarray, np.ndarray, np.ndarray]
+              ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """Learned idle and busy power (W) at each sample of ``seg`` (NaN where nothing is
-        learned yet): the running lowest and highest 30 s mean ``power`` while the 30 s
-        mean ``util`` (%) is below 5 % / above 90 %; a busy candidate counts only where
-        both that mean and the sample's own power ``now`` are :data:`BUSY_OVER_IDLE` times
-        the idle level or more (learned so far, else ``idle_ref``; no test where neither
-        is known): a window that runs from work into a hang is no busy level. The
-        fallbacks are the caller's."""
+        learned yet), and which readings were working (bool).
+
+        Idle: the running lowest 30 s mean ``power`` while the 30 s mean ``util`` (%) is
+        below 5 %. Busy: the running highest 30 s mean of power over the working readings
+        (:func:`working` on ``reading`` = the reading's own utilization (%), power (W) and
+        GPM SM activity (%), against the idle level learned so far, else ``idle_ref``; no
+        power test where neither is known) where they fill :data:`BUSY_MIN_SHARE` of the
+        window. The fallbacks are the caller's."""
+        r_util, r_power, r_sm = reading
         if not self.power_levels:  # nothing learned: the caller's fallbacks
             util = np.full(len(util), NAN)
+            r_util = util
         idle = _running(seg, np.fmin, self.idle_w, np.where(util < IDLE_UTIL_PCT, power, NAN))
         ref = np.where(np.isnan(idle), idle_ref, idle)
-        # NaN: no idle known, no test
-        hung = (power < BUSY_OVER_IDLE * ref) | (now < BUSY_OVER_IDLE * ref)
+        work = working(r_util, r_power, r_sm, ref)
+        mean = self.work_power.update_block(seg, np.where(work, r_power, NAN))
+        share = self.work_share_w.update_block(seg, work.astype(np.float64))  # %
         busy = _running(seg, np.fmax, self.busy_w,
-                        np.where((util > BUSY_UTIL_PCT) & ~hung, power, NAN))
+                        np.where(share >= 100.0 * BUSY_MIN_SHARE, mean, NAN))
         _first(seg, idle, self.since["idle"])
         _first(seg, busy, self.since["busy"])
-        return idle, busy
+        return idle, busy, work
 
-    def work_temperature(self, seg: Segments, util: np.ndarray,
+    def work_temperature(self, seg: Segments, work: np.ndarray,
                          temp: np.ndarray) -> np.ndarray:
-        """The highest temperature (C) the GPU showed while working (util >= 90 %) up to
-        :data:`WORK_TEMP_DELAY_S` before each sample of ``seg`` (NaN before)."""
-        cand = np.where(util >= WORK_UTIL_PCT, temp, NAN)
+        """The highest temperature (C) the GPU showed at a working reading (``work``,
+        :func:`working`) up to :data:`WORK_TEMP_DELAY_S` before each sample of ``seg``
+        (NaN before)."""
+        cand = np.where(work, temp, NAN)
         out = np.full(len(seg.ts), NAN)
         for g in np.flatnonzero(seg.counts):
             lo, hi = seg.offsets[g], seg.offsets[g + 1]
@@ -330,6 +398,47 @@ class PowerLevels:
                 v = lv.get(key)
                 if v is not None and math.isfinite(v):
                     arr[s] = float(v)
+
+
+def trusted_levels(levels: Mapping[str, Mapping[str, Any]]
+                   ) -> tuple[dict[str, dict[str, float | None]], list[str]]:
+    """The stored levels (by GPU UUID, as the store reads them, each with its
+    ``version``) that a detector may restore, and one line per GPU whose levels were
+    dropped, saying why.
+
+    Levels learned under another :data:`LEVELS_VERSION` are dropped whole: an older
+    definition could store a busy level that describes spinning rather than work (a
+    real H200 stored 203 W for work at 520-690 W and missed its next hang), and a
+    running maximum restored from it would never come down. A busy level under
+    :data:`BUSY_OVER_IDLE` times the idle level is no work either, whatever its version.
+    The GPU learns what was dropped again. Learned waits are kept: a busy level too low
+    only ever made the hang condition rarer, so a wait learned under it is shorter than
+    the true one, never longer."""
+    kept: dict[str, dict[str, float | None]] = {}
+    notes: list[str] = []
+    for uuid, lv in levels.items():
+        version = lv.get("version")
+        if version != LEVELS_VERSION:
+            notes.append(f"{uuid}: levels stored by an older version (definition "
+                         f"{version}, now {LEVELS_VERSION}) dropped")
+            continue
+        got = {k: _finite(lv.get(k)) for k in ("idle_w", "busy_w", "max_sm_mhz")}
+        idle, busy = got["idle_w"], got["busy_w"]
+        if busy is not None and idle is not None and busy < BUSY_OVER_IDLE * idle:
+            notes.append(f"{uuid}: stored busy level {busy:.0f} W is under "
+                         f"{BUSY_OVER_IDLE:g}x its idle {idle:.0f} W, not work: dropped")
+            got["busy_w"] = None
+        kept[uuid] = got
+    return kept, notes
+
+
+def _finite(v: Any) -> float | None:
+    """A stored number, None where it is missing, not a number or not above 0."""
+    try:
+        f = float(v)
+    except (TypeError, ValueError):
+        return None
+    return f if math.isfinite(f) and f > 0 else None
 
 
 def _first(seg: Segments, vals: np.ndarray, since: np.ndarray) -> None:

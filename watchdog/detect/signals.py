@@ -154,7 +154,7 @@ class Block(Segments):
                     (fb.TLIM_SLOWDOWN, lambda: self._device("temp_slowdown_c")),
                     (fb.TLIM_CATALOGUE, lambda: self._model("max_operating_c"))])
             if name == "temp_work_max_c":
-                return self.levels.work_temperature(self, self.metric("utilization.gpu"),
+                return self.levels.work_temperature(self, self._working(),
                                                     self.metric("temperature.gpu"))
             if name == "work_before_idle":
                 return self._work_before_idle()
@@ -223,9 +223,17 @@ class Block(Segments):
         out = np.where(np.isnan(dev), seen, dev)
         return np.where(out > 0, out, NAN)
 
+    def _working(self) -> np.ndarray:
+        """Which readings were working (:func:`~watchdog.detect.learned.working`), judged
+        against the idle level as learned at each (bool)."""
+        if "§working" not in self.cache:
+            self._learn_power()
+        return self.cache["§working"]
+
     def _learn_power(self) -> None:
-        """Idle and busy power through their chains (:mod:`fallbacks`): first the running
-        idle (min) and busy (max) 30 s mean power, gated by 30 s mean util."""
+        """Idle and busy power through their chains (:mod:`fallbacks`): first the learned
+        levels (:meth:`~watchdog.detect.learned.PowerLevels.power`: idle from 30 s means,
+        busy from working readings)."""
         lv = self.levels
         if self.evaluator is not None:
             util_w, power_w = learn_windows()
@@ -240,11 +248,17 @@ class Block(Segments):
                  (fb.IDLE_CATALOGUE, lambda: self._model("idle_w")),
                  (fb.IDLE_TDP, lambda: fb.IDLE_OF_LIMIT * self._model("tdp_w"))]
         ref = self._chain("§idle_fixed", fixed)
-        idle, busy = lv.power(self, util, power, ref, self.metric("power.draw"))
+        reading = (self.metric("utilization.gpu"), self.metric("power.draw"),
+                   self.metric("gpm.sm_activity"))
+        idle, busy, work = lv.power(self, util, power, ref, reading)
+        self.cache["§working"] = work
         self.cache["power_idle_w"] = self._chain("power_idle_w", [
             (fb.IDLE_LEARNED, idle), *fixed, (fb.IDLE_BUSY, fb.IDLE_OF_BUSY * busy)])
         self.cache["power_busy_w"] = self._chain("power_busy_w", [
-            (fb.BUSY_LEARNED, np.fmin(busy, limit)), (fb.BUSY_LIMIT, limit)])
+            # capped at the limit; NaN (not np.fmin's other side) where nothing is learned,
+            # so the limit's stand-in is recorded as such and the page says so
+            (fb.BUSY_LEARNED, np.where(np.isnan(busy), NAN, np.fmin(busy, limit))),
+            (fb.BUSY_LIMIT, limit)])
 
     def _work_before_idle(self) -> np.ndarray:
         """The share (%) of the 5 min before the GPU last went idle in which it worked

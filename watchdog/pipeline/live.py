@@ -25,6 +25,7 @@ from typing import Any
 
 from watchdog.anomaly.handover import Handover
 from watchdog.clock import Clock
+from watchdog.detect.learned import LEVELS_VERSION, trusted_levels
 from watchdog.errors import SourceUnavailable
 from watchdog.incident import Incident
 from watchdog.pipeline.own import OwnIncidents
@@ -355,7 +356,10 @@ class LivePipeline:
     def _load_learned(self) -> None:
         if self.store is None or self.detector is None:
             return
-        waits, levels = self.store.load_learned(self.host)
+        waits, stored = self.store.load_learned(self.host)
+        levels, dropped = trusted_levels(stored)
+        for line in dropped:
+            log.warning("learned power levels of GPU %s: learning them again", line)
         self.detector.load_learned_state(waits)
         self.detector.load_learned_levels(levels)
         if waits:
@@ -369,7 +373,7 @@ class LivePipeline:
         if self.store is None or self.detector is None:
             return
         self.store.save_learned(self.host, self.detector.learned_state(),
-                                self.detector.learned_levels(), now)
+                                self.detector.learned_levels(), now, LEVELS_VERSION)
 
     def replace_detector(self, make_detector: Callable[[LiveSource], Any] | None = None
                          ) -> None:

@@ -4,7 +4,9 @@
   legitimate wait this node has shown, s), per host and rule.
 * ``learned_levels``: each GPU's learned idle and busy power (W) and highest SM clock
   seen (MHz), per GPU UUID, so a restart judges power against the GPU's own levels at
-  once instead of the enforced limit.
+  once instead of the enforced limit; ``version`` is the definition they were learned
+  under (:data:`watchdog.detect.learned.LEVELS_VERSION`; rows from before it was kept
+  read 1), so an upgrade can refuse levels an older definition taught.
 * ``incidents``: what the detector raised, with every transition, for ``watchdog status``
   and post-mortems; resolved ones are pruned after ``retention`` (default 90 days).
 * ``agent_status``: one row the running agent rewrites every few seconds (uptime, last
@@ -44,6 +46,9 @@ STEPS = (
     CREATE TABLE agent_status (
         id INTEGER PRIMARY KEY CHECK (id = 1), doc TEXT NOT NULL, updated_at REAL NOT NULL)
     """,
+    """
+    ALTER TABLE learned_levels ADD COLUMN version INTEGER NOT NULL DEFAULT 1
+    """,
 )
 
 DAY = 86_400.0
@@ -61,23 +66,26 @@ class AgentStore:
     # --- learned state ----------------------------------------------------------------
     def load_learned(self, host: str) -> tuple[dict[str, dict[str, Any]],
                                                dict[str, dict[str, float | None]]]:
-        """``(waits by rule, levels by GPU uuid)`` saved for this host and namespace."""
+        """``(waits by rule, levels by GPU uuid)`` saved for this host and namespace; each
+        GPU's levels carry the ``version`` of the definition they were learned under."""
         def read(c: sqlite3.Connection) -> tuple[dict[str, dict[str, Any]],
                                                  dict[str, dict[str, float | None]]]:
             waits = {rule: json.loads(state) for rule, state in c.execute(
                 "SELECT rule, state FROM learned_waits WHERE namespace = ? AND host = ?",
                 (self.namespace, host))}
-            levels = {uuid: {"idle_w": i, "busy_w": b, "max_sm_mhz": m}
-                      for uuid, i, b, m in c.execute(
-                          "SELECT uuid, idle_w, busy_w, max_sm_mhz FROM learned_levels "
-                          "WHERE namespace = ?", (self.namespace,))}
+            levels = {uuid: {"idle_w": i, "busy_w": b, "max_sm_mhz": m, "version": v}
+                      for uuid, i, b, m, v in c.execute(
+                          "SELECT uuid, idle_w, busy_w, max_sm_mhz, version "
+                          "FROM learned_levels WHERE namespace = ?", (self.namespace,))}
             return waits, levels
 
         return self.db.run(read)
 
     def save_learned(self, host: str, waits: dict[str, dict[str, Any]],
-                     levels: dict[str, dict[str, float | None]], now: float) -> None:
-        """Replace what was learned (one transaction: a kill leaves old or new, not half)."""
+                     levels: dict[str, dict[str, float | None]], now: float,
+                     version: int) -> None:
+        """Replace what was learned (one transaction: a kill leaves old or new, not half);
+        ``version``: the definition the levels were learned under."""
         def write(c: sqlite3.Connection) -> None:
             with transaction(c):
                 for rule, state in waits.items():
@@ -86,13 +94,13 @@ class AgentStore:
                               "state = excluded.state, updated_at = excluded.updated_at",
                               (self.namespace, host, rule, json.dumps(state), now))
                 for uuid, lv in levels.items():
-                    c.execute("INSERT INTO learned_levels VALUES (?, ?, ?, ?, ?, ?) "
+                    c.execute("INSERT INTO learned_levels VALUES (?, ?, ?, ?, ?, ?, ?) "
                               "ON CONFLICT (namespace, uuid) DO UPDATE SET "
                               "idle_w = excluded.idle_w, busy_w = excluded.busy_w, "
                               "max_sm_mhz = excluded.max_sm_mhz, "
-                              "updated_at = excluded.updated_at",
+                              "updated_at = excluded.updated_at, version = excluded.version",
                               (self.namespace, uuid, lv.get("idle_w"), lv.get("busy_w"),
-                               lv.get("max_sm_mhz"), now))
+                               lv.get("max_sm_mhz"), now, version))
 
         self.db.run(write)
 
