@@ -226,3 +226,25 @@ def test_snap_keeps_separate_ticks_apart() -> None:
     ts = np.array([0.0, 0.005, 0.010, 1.0, 1.004, 1.1, 1.12])
     idx = np.array([0, 1, 2, 0, 1, 1, 2])  # a repeated GPU index starts a new tick
     assert list(snap_ticks(ts, idx)) == [0.0, 0.0, 0.0, 1.0, 1.0, 1.1, 1.1]
+
+
+def test_a_log_without_a_gpu_column_numbers_the_rows_of_each_query(tmp_path: Path) -> None:
+    """No index or UUID column (a real 2-GPU TITAN X log at 0.1 s): each query's rows are
+    stamped 2-3 ms apart and the queries 100 ms apart, so every query is one tick of two
+    GPUs; a query whose second row is missing has GPU 0 only (GPU 1 is not renumbered)."""
+    rows = ["timestamp, power.draw [W], utilization.gpu [%]"]
+    for k in range(20):
+        t = 6.256 + 0.1 * k
+        rows.append(f"2025/12/05 02:37:{t:06.3f}, 17.6, 0 %")
+        if k != 7:
+            rows.append(f"2025/12/05 02:37:{t + 0.003 + 0.001 * (k % 2):06.3f}, 16.2, 0 %")
+    rec = open_log(_write(tmp_path, "\n".join(rows) + "\n"))
+    f = rec.frame
+    assert f.groupby("index").size().to_dict() == {0: 20, 1: 19}
+    assert (f.loc[f["index"] == 1, "power.draw"] == 16.2).all()
+    assert (f.loc[f["index"] == 0, "power.draw"] == 17.6).all()
+
+
+def test_order_in_tick_splits_queries_just_over_50_ms_apart() -> None:
+    ts = np.array([0.0, 0.05, 0.10, 0.1501, 0.1502])
+    assert smi_columns._order_in_tick(ts).tolist() == [0, 1, 2, 0, 1]

@@ -168,8 +168,7 @@ def to_recording(path: str, raw: pd.DataFrame, *, mapping: dict[str, str], host:
         else:  # one code per distinct (stripped) text: no hashing of a million strings
             uuid_codes = pd.factorize(table)[0][codes]
     if index is None:
-        # no GPU column: GPUs of one time step are told apart by their order in it
-        index = pd.Series(ts).groupby(ts, sort=False).cumcount().to_numpy(dtype=np.int64)
+        index = _order_in_tick(np.asarray(ts, dtype=np.float64))
     if uuid is None:
         uniq, inv = np.unique(index, return_inverse=True)
         uuid = np.array([standin_uuid(host, int(i)) for i in uniq], dtype=object)[inv]
@@ -201,6 +200,27 @@ def _impossible_memory(metrics: dict[str, np.ndarray], problems: convert.Problem
             f"{where(int(rows[0]))}: memory.used above memory.total in {len(rows)} row(s) "
             f"(e.g. {used[rows[0]]:.0f} > {total[rows[0]]:.0f} MiB): not used (check --map)")
         used[rows] = np.nan
+
+
+# with no GPU column, rows at most this far apart (s) are one query: nvidia-smi reads the
+# GPUs of a query 1-22 ms apart and stamps each row, and queries come at least 100 ms
+# apart (-lms 100, its shortest loop); a real 2-GPU TITAN X log at 0.1 s has its pairs
+# 2-3 ms apart and its queries 100-110 ms apart
+NO_INDEX_TICK_S = 0.05
+
+
+def _order_in_tick(ts: np.ndarray) -> np.ndarray:
+    """GPU numbers for a log with no GPU column: the rows of one query (consecutive rows
+    at most :data:`NO_INDEX_TICK_S` apart, in file order) are its GPUs in order. Times
+    that are not rising (or unreadable) start a new query."""
+    if len(ts) == 0:
+        return np.zeros(0, np.int64)
+    with np.errstate(invalid="ignore"):
+        gap = np.diff(ts)
+        new = np.concatenate(([True], ~((gap >= 0) & (gap <= NO_INDEX_TICK_S))))
+    tick = np.cumsum(new) - 1
+    first = np.flatnonzero(new)
+    return (np.arange(len(ts)) - first[tick]).astype(np.int64)
 
 
 def _first_rows(codes: np.ndarray) -> np.ndarray:
