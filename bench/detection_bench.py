@@ -54,7 +54,7 @@ SCENARIOS: tuple[tuple[str, str, float], ...] = (
     ("stall", "sim:stall", 1200.0),
     ("thermal_throttle", "sim:thermal_throttle", 900.0),
     ("hw_slowdown", "sim:hw_slowdown", 900.0),
-    ("memory_pressure", "sim:memory_pressure", 900.0),
+    ("memory_pressure", "sim:memory_pressure", 2400.0),  # a 30 min leak: 15 min to warn
     ("gpu_lost", "sim:gpu_lost", 900.0),
     ("xid 13", "sim:xid", 900.0),
     ("xid 48", "sim:xid(code=48)", 900.0),

@@ -28,9 +28,9 @@ from watchdog.sources.sim import SimSource
 from watchdog.store.store import Store
 from watchdog.testing.httpserver import Server
 
-# GPU 3's memory slows (an unnamed fault: the model pages), then its memory fills (the
-# memory_pressure rule fires on the same GPU while the anomaly is still open)
-SPEC = "sim:hbm_sag(gpus=3)@4m,memory_pressure(gpus=3,ramp=60)@8m"
+# GPU 3's memory slows (an unnamed fault: the model pages), then it overheats (the
+# thermal_throttle rule fires on the same GPU while the anomaly is still open)
+SPEC = "sim:hbm_sag(gpus=3)@4m,thermal_throttle(gpus=3)@8m"
 START = 1_767_225_600.0
 
 
@@ -66,12 +66,12 @@ def _live(tmp_path: Path, minutes: float) -> tuple[list[dict], list[tuple[float,
 def test_a_rule_on_a_gpu_with_an_open_anomaly_is_one_page(tmp_path: Path) -> None:
     bodies, seen = _live(tmp_path, 11.0)
     fired = [(t, inc.kind, inc.gpus) for t, w, inc in seen if w == "firing"]
-    assert [k for _, k, _ in fired] == ["anomaly", "memory_pressure"], fired
-    rule = next(inc for _, w, inc in seen if w == "firing" and inc.kind == "memory_pressure")
+    assert [k for _, k, _ in fired] == ["anomaly", "thermal_throttle"], fired
+    rule = next(inc for _, w, inc in seen if w == "firing" and inc.kind == "thermal_throttle")
     anomaly = next(inc for _, w, inc in seen if w == "firing" and inc.kind == "anomaly")
     # the anomaly resolved into the rule at the rule's firing, and says so
     assert anomaly.resolved_at == rule.fired_at
-    assert anomaly.evidence["superseded"] == "by memory_pressure on GPU 3"
+    assert anomaly.evidence["superseded"] == "by thermal_throttle on GPU 3"
     assert rule.evidence["anomaly"].startswith("memory clock ")
     assert rule.evidence["anomaly_before"]["superseded"] is True
     # what reached the webhook: after the rule fired, one page is firing, not two
@@ -80,12 +80,12 @@ def test_a_rule_on_a_gpu_with_an_open_anomaly_is_one_page(tmp_path: Path) -> Non
     firing = [a["labels"]["alertname"] if "alertname" in a["labels"] else a["incident"]["kind"]
               for a in last["alerts"] if a["status"] == "firing"]
     assert [a["incident"]["kind"] for a in last["alerts"] if a["status"] == "firing"] == \
-        ["memory_pressure"], firing
+        ["thermal_throttle"], firing
     resolved = [a for b in bodies for a in b["alerts"]
                 if a["status"] == "resolved" and a["incident"]["kind"] == "anomaly"]
     assert resolved, "the anomaly's resolve was never sent"
-    assert "superseded by memory_pressure on GPU 3" in bodies[-1]["text"] or any(
-        "superseded by memory_pressure on GPU 3" in b["text"] for b in bodies)
+    assert "superseded by thermal_throttle on GPU 3" in bodies[-1]["text"] or any(
+        "superseded by thermal_throttle on GPU 3" in b["text"] for b in bodies)
     assert all(sum(a["status"] == "firing" for a in b["alerts"]) <= 1 for b in bodies), \
         [[(a["incident"]["kind"], a["status"]) for a in b["alerts"]] for b in bodies]
 
@@ -102,7 +102,7 @@ def _inc(kind: str, t: float, gpu: str = "3") -> Incident:
 
 def test_an_anomaly_judged_after_the_rule_fired_never_pages() -> None:
     hand = Handover()
-    rule, late = _inc("memory_pressure", 100.0), _inc("anomaly", 95.0)
+    rule, late = _inc("thermal_throttle", 100.0), _inc("anomaly", 95.0)
     assert hand([("firing", rule)]) == [("firing", rule)]
     assert hand([("firing", late)]) == []  # straight into the rule's evidence
     assert late.resolved_at == 100.0 and hand.superseded == [late]
@@ -121,11 +121,11 @@ def test_an_anomaly_that_cleared_before_the_rule_is_cited_not_taken_over() -> No
     hand([("firing", before)])
     before.resolved_at = 160.0
     hand([("resolved", before)])
-    rule = _inc("memory_pressure", 400.0)
+    rule = _inc("thermal_throttle", 400.0)
     assert hand([("firing", rule)]) == [("firing", rule)]
     assert "superseded" not in before.evidence and hand.superseded == []
     assert rule.evidence["anomaly_before"]["superseded"] is False
-    late = _inc("memory_pressure", 2000.0, gpu="3")  # long after: not cited
+    late = _inc("thermal_throttle", 2000.0, gpu="3")  # long after: not cited
     late.evidence = {}
     hand([("resolved", rule)])
     hand([("firing", late)])
@@ -144,9 +144,9 @@ def test_replay_json_shows_a_superseded_anomaly_only_in_the_rules_evidence(
     doc = json.loads(r.stdout)
     incs = [i for f in (doc if isinstance(doc, list) else [doc]) for i in f["incidents"]]
     kinds = [(i["kind"], i["gpus"]) for i in incs]
-    assert ("memory_pressure", ["3"]) in kinds, kinds
+    assert ("thermal_throttle", ["3"]) in kinds, kinds
     assert not [k for k in kinds if k[0] == "anomaly"], kinds
-    rule = next(i for i in incs if i["kind"] == "memory_pressure")
+    rule = next(i for i in incs if i["kind"] == "thermal_throttle")
     before = rule["evidence"]["anomaly_before"]
     assert before["superseded"] is True and before["gpus"] == ["3"]
     assert before["resolved_at"] == rule["fired_at"]

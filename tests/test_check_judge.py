@@ -256,21 +256,13 @@ class TestLinkErrors:
 
 
 class TestMemory:
-    """Judged by rules/memory.yaml: min(mem_pct, 30s) >= 98 % over the burst."""
+    """rules/memory.yaml warns of memory filling for 15 minutes: a burst cannot see that,
+    and memory held at the limit is what a healthy job's allocator does."""
 
-    def test_memory_at_the_limit_for_the_whole_burst_is_a_warning(self):
-        v = verdict(burst({**BUSY, "memory.used": 0.995 * 81559}))
-        assert checks(v) == {"memory_pressure": Status.WARNING}
-
-    def test_one_reading_below_the_limit_is_not_sustained(self):
-        s = burst(BUSY, per_reading=[{}, {}, {}, {"memory.used": 81500.0}])
-        assert verdict(s).problems == []
-        just_below = burst({**BUSY, "memory.used": 0.975 * 81559})
-        assert verdict(just_below).problems == []
-
-    def test_total_from_inventory_when_the_reading_lacks_it(self):
-        v = verdict(burst({**BUSY, "memory.used": 81000.0, "memory.total": None}))
-        assert checks(v) == {"memory_pressure": Status.WARNING}
+    def test_memory_held_at_the_limit_for_the_whole_burst_is_no_problem(self):
+        assert verdict(burst({**BUSY, "memory.used": 0.999 * 81559})).problems == []
+        assert verdict(burst({**BUSY, "memory.used": 81000.0, "memory.total": None})
+                       ).problems == []
 
 
 class TestHang:

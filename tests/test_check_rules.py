@@ -37,17 +37,22 @@ def _burst(values: dict, n: int = 4) -> dict[str, list[Sample]]:
 
 
 def test_a_threshold_changed_in_the_rule_file_changes_the_probe(tmp_path):
-    """memory.yaml says >= 98 %; the same file edited to >= 90 % makes 92 % a finding."""
-    bursts = _burst({**BUSY, "memory.used": 0.92 * 81559})
+    """throttle.yaml needs its thermal bits for half the time it looked (50 %); the same
+    file edited to 100 % lets a burst with the bit on its last 2 of 3 weighed readings
+    (the first weighs nothing) pass."""
+    hot = {**BUSY, "clocks_event_reasons.active": 0x20}
+    bursts = {"GPU-0": [Sample(ts=1000.0 + 0.25 * k, uuid="GPU-0", index=0,
+                               values=dict(hot if k >= 2 else BUSY)) for k in range(4)]}
     shipped = judge([H100], bursts, host="n", checked_at=1001.0, rules=load_rules(None))
-    assert shipped.problems == []
-    edited = (RULES / "memory.yaml").read_text().replace(
-        "condition: min(mem_pct, 30s) >= 98%", "condition: min(mem_pct, 30s) >= 90%")
-    assert edited != (RULES / "memory.yaml").read_text()
-    (tmp_path / "memory.yaml").write_text(edited)
+    assert [(p.check, p.severity) for p in shipped.problems] == [
+        ("thermal_throttle", Status.WARNING)]
+    edited = (RULES / "throttle.yaml").read_text().replace(
+        "frac(sw_thermal or hw_thermal, 10s) >= 50%", "frac(sw_thermal or hw_thermal, 10s) >= 100%")
+    assert edited != (RULES / "throttle.yaml").read_text()
+    (tmp_path / "throttle.yaml").write_text(edited)
     v = judge([H100], bursts, host="n", checked_at=1001.0,
-              rules=load_rules([tmp_path / "memory.yaml"]))
-    assert [(p.check, p.severity) for p in v.problems] == [("memory_pressure", Status.WARNING)]
+              rules=load_rules([tmp_path / "throttle.yaml"]))
+    assert v.problems == []
 
 
 def test_check_rules_option_uses_the_given_rule_file(tmp_path, capsys):
@@ -65,7 +70,6 @@ def test_check_rules_option_uses_the_given_rule_file(tmp_path, capsys):
 @pytest.mark.parametrize(("fault", "kind"), [
     ("thermal_throttle", "thermal_throttle"),
     ("hw_slowdown", "hw_slowdown"),
-    ("memory_pressure", "memory_pressure"),
 ])
 def test_check_and_replay_agree_on_kind_and_severity(capsys, fault, kind):
     """Before: check said CRITICAL for sim:thermal_throttle, replay said warning."""

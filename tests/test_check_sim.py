@@ -26,7 +26,8 @@ def check(capsys, *argv: str) -> tuple[int, dict]:
     ("sim:comm_hang", 1, "comm_hang"),  # the rule's critical, unconfirmed in a burst
     ("sim:thermal_throttle", 1, "thermal_throttle"),  # the rule's warning, as in replay
     ("sim:hw_slowdown", 2, "hw_slowdown"),
-    ("sim:memory_pressure", 1, "memory_pressure"),
+    # a leak needs 15 minutes of growth: `watchdog run`; a burst sees memory held
+    ("sim:memory_pressure", 0, None),
     ("sim:gpu_lost", 2, "gpu_lost"),
     ("sim:xid", 1, "xid"),
     ("sim:xid(code=79)", 2, "xid"),

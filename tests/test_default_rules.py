@@ -65,15 +65,17 @@ def test_healthy_simulated_node_with_checkpoint_waits_gives_no_incident(model, s
     assert detect(rec, load_rules()) == []
 
 
-@pytest.mark.parametrize("spec, kind, gpus, within", [
-    ("sim:comm_hang(dead=2)", "comm_hang", ["0", "1", "3"], 180),
-    ("sim:thermal_throttle", "thermal_throttle", ["3"], 15),
-    ("sim:hw_slowdown", "hw_slowdown", ["3"], 15),
-    ("sim:memory_pressure", "memory_pressure", ["3"], 120),
-    ("sim:gpu_lost", "gpu_lost", ["3"], 5),
+@pytest.mark.parametrize("spec, kind, gpus, within, duration", [
+    ("sim:comm_hang(dead=2)", "comm_hang", ["0", "1", "3"], 180, 720),
+    ("sim:thermal_throttle", "thermal_throttle", ["3"], 15, 720),
+    ("sim:hw_slowdown", "hw_slowdown", ["3"], 15, 720),
+    # a 30 min leak: 15 min of steady growth, then for: 1m (and the job dies at 35 min)
+    ("sim:memory_pressure", "memory_pressure", ["3"], 17 * 60, 2400),
+    ("sim:gpu_lost", "gpu_lost", ["3"], 5, 720),
 ])
-def test_simulated_faults_are_found_in_time_with_the_right_gpus(spec, kind, gpus, within):
-    rec, src = simulate(spec, duration=720, interval=5.0, gpus=4, seed=0)
+def test_simulated_faults_are_found_in_time_with_the_right_gpus(spec, kind, gpus, within,
+                                                                 duration):
+    rec, src = simulate(spec, duration=duration, interval=5.0, gpus=4, seed=0)
     (truth,) = src.ground_truth()
     (inc,) = detect(rec, load_rules())
     assert (inc.kind, inc.gpus) == (kind, gpus)

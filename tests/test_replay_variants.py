@@ -246,5 +246,11 @@ def test_a_log_without_a_gpu_column_numbers_the_rows_of_each_query(tmp_path: Pat
 
 
 def test_order_in_tick_splits_queries_just_over_50_ms_apart() -> None:
-    ts = np.array([0.0, 0.05, 0.10, 0.1501, 0.1502])
-    assert smi_columns._order_in_tick(ts).tolist() == [0, 1, 2, 0, 1]
+    ts = np.array([0.0, 0.05, 0.10, 0.1501, 0.1502, 0.30, 0.31, 0.32])
+    assert smi_columns._order_in_tick(ts).tolist() == [0, 1, 2, 0, 1, 0, 1, 2]
+
+
+def test_a_one_gpu_log_whose_rows_jitter_closer_than_50_ms_stays_one_gpu() -> None:
+    ts = 0.11 * np.arange(40)
+    ts[20] = ts[19] + 0.03  # one reading late, the next on time
+    assert set(smi_columns._order_in_tick(ts).tolist()) == {0}

@@ -321,6 +321,15 @@ class PowerLevels:
             self.work_temp[g] = run[-1]
         return out
 
+    def watched(self, seg: Segments) -> np.ndarray:
+        """Seconds since each GPU's first sample, at each sample of ``seg`` (the history
+        a window of that length actually holds: at the start of a log or of the agent,
+        a 15 min window holds less)."""
+        seen = self.since["seen"]
+        for g in np.flatnonzero((seg.counts > 0) & np.isnan(seen[:len(seg.counts)])):
+            seen[g] = seg.ts[seg.offsets[g]]
+        return seg.ts - seen[seg.gi]
+
     def work_before_idle(self, seg: Segments, util: np.ndarray,
                          share: np.ndarray) -> np.ndarray:
         """At a working sample (util >= 5 %) ``share``, the share (%) of the last 5 min
@@ -328,10 +337,7 @@ class PowerLevels:
         (carried across blocks; where util is missing the value is held). NaN before the
         first working sample that comes :data:`WORK_MIN_HISTORY_S` after the GPU's first
         sample."""
-        seen = self.since["seen"]
-        for g in np.flatnonzero((seg.counts > 0) & np.isnan(seen[:len(seg.counts)])):
-            seen[g] = seg.ts[seg.offsets[g]]
-        watched = seg.ts - seen[seg.gi] >= WORK_MIN_HISTORY_S
+        watched = self.watched(seg) >= WORK_MIN_HISTORY_S
         work = util >= WORK_BUSY_PCT
         share = np.where(watched, share, NAN)
         out = np.full(len(seg.ts), NAN)

@@ -158,6 +158,8 @@ class Block(Segments):
                                                     self.metric("temperature.gpu"))
             if name == "work_before_idle":
                 return self._work_before_idle()
+            if name == "watched_s":
+                return self.levels.watched(self)
             if name in ("power_idle_w", "power_busy_w"):
                 self._learn_power()
                 return self.cache[name]

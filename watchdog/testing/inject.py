@@ -25,8 +25,11 @@ writes (documented per function, with the real reports each level comes from):
 * :func:`thermal`: one GPU's temperature climbs to its slowdown point in 90 s, then holds
   there while its power falls 30 % and its clocks 25 % (the SW thermal bit set where the
   log has reason bits): "throttle to hold 84 C; the watts visibly drop";
-* :func:`memory_pressure`: one GPU's memory fills to 99.3 % of its total in 60 s and
-  stays.
+* :func:`memory_pressure`: one GPU's memory leaks: it grows steadily from its level to
+  the limit in 30 min (the real out-of-memory run of ``real-wandb``, mjmj531/hllm, grew
+  0.25 % a minute for 43 min), then the job dies of out-of-memory and frees it. (Memory
+  filling in a minute and staying high is what a healthy job's allocator does at start;
+  it is no fault.)
 
 Each returns a :class:`Label`: the kind, the GPUs and when the signature starts.
 """
@@ -162,12 +165,14 @@ def thermal(log: RawLog, onset: float, slowdown_c: float, gpu: int | None = None
 
 
 def memory_pressure(log: RawLog, onset: float, gpu: int | None = None,
-                    total_mib: float | None = None, duration: float = 300.0,
-                    ramp_s: float = 60.0, fill: float = 0.993) -> Label:
-    """One GPU's memory fills from its level at ``onset`` to ``fill`` of its total
-    (``memory.total``, else used + free + reserved, else ``total_mib``) in ``ramp_s`` and
-    stays there (its own noise, a few MiB); ``memory.free`` follows. The label starts when
-    the fill reaches 98 %."""
+                    total_mib: float | None = None, duration: float = 2100.0,
+                    ramp_s: float = 1800.0) -> Label:
+    """One GPU leaks from ``onset``: its memory grows steadily from its level to the limit
+    of its total (``memory.total``, else used + free + reserved, else ``total_mib``) in
+    ``ramp_s``, one allocation-sized step (a few MiB) after another; then the job dies of
+    out-of-memory: its memory is freed and its utilization falls to 0 for the rest of the
+    inserted ``duration``. ``memory.free`` follows. The label runs from the onset to the
+    death: a warning must come before the job dies."""
     g = gpu if gpu is not None else log.gpus()[0]
     total = _before(log, "memory.total", g, onset)
     if math.isnan(total):
@@ -182,12 +187,13 @@ def memory_pressure(log: RawLog, onset: float, gpu: int | None = None,
     reserved = _before(log, "memory.reserved", g, onset)
     shift = log.insert(onset, duration)
     end = onset + duration
-    rows, pos = _rows(log, g, onset, end)
+    rows, _ = _rows(log, g, onset, end)
     t = log.ts[rows] - onset
-    used = used0 + (fill * total - used0) * np.clip(t / ramp_s, 0.0, 1.0)
-    used = np.minimum(used + 2.0 * np.sign(log.noise("power.draw", g)[pos]), total)
+    dead = t >= ramp_s
+    used = np.where(dead, 1.0, used0 + (total - 40.0 - used0) * np.clip(t / ramp_s, 0.0, 1.0))
     log.set("memory.used", rows, np.round(used))
     log.set("memory.free", rows, np.round(total - used - np.nan_to_num(reserved)))
-    full = t[used >= 0.98 * total]
-    start = onset + float(full[0]) if len(full) else onset + ramp_s
-    return Label("memory_pressure", (g,), start, end, onset, shift)
+    if dead.any():
+        for role in ("utilization.gpu", "utilization.memory"):
+            log.set(role, rows[dead], np.zeros(int(dead.sum())))
+    return Label("memory_pressure", (g,), onset, onset + ramp_s, onset, shift)

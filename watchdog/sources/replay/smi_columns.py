@@ -211,8 +211,11 @@ NO_INDEX_TICK_S = 0.05
 
 def _order_in_tick(ts: np.ndarray) -> np.ndarray:
     """GPU numbers for a log with no GPU column: the rows of one query (consecutive rows
-    at most :data:`NO_INDEX_TICK_S` apart, in file order) are its GPUs in order. Times
-    that are not rising (or unreadable) start a new query."""
+    at most :data:`NO_INDEX_TICK_S` apart, in file order) are its GPUs in order. The GPU
+    count is the log's usual number of rows per query: a query a moment's jitter joined to
+    the next (two rows of a 1-GPU log 30 ms apart) is split into queries of that size, so
+    a stray short gap never invents a GPU. Times that are not rising (or unreadable) start
+    a new query."""
     if len(ts) == 0:
         return np.zeros(0, np.int64)
     with np.errstate(invalid="ignore"):
@@ -220,7 +223,8 @@ def _order_in_tick(ts: np.ndarray) -> np.ndarray:
         new = np.concatenate(([True], ~((gap >= 0) & (gap <= NO_INDEX_TICK_S))))
     tick = np.cumsum(new) - 1
     first = np.flatnonzero(new)
-    return (np.arange(len(ts)) - first[tick]).astype(np.int64)
+    per_query = int(np.bincount(np.bincount(tick)).argmax())
+    return ((np.arange(len(ts)) - first[tick]) % max(per_query, 1)).astype(np.int64)
 
 
 def _first_rows(codes: np.ndarray) -> np.ndarray:

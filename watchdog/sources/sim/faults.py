@@ -23,8 +23,9 @@ events. Times here are seconds since the node started. Scenarios and their param
   hold it there.
 * ``hw_slowdown``: power brake (0x80+0x8) at normal temperature, clocks collapse to
   ~20-30 % of max, power falls, util stays.
-* ``memory_pressure`` (``ramp=DUR``): a leak grows for ``ramp`` s (default 240), then
-  memory sits at the limit from the onset on.
+* ``memory_pressure`` (``ramp=DUR``): a leak: from the onset memory grows steadily from
+  the job's hold to the limit over ``ramp`` (default 30 min), then the job dies of
+  out-of-memory (idle, memory freed).
 * ``gpu_lost``: samples become ``Sample(lost=True)``; XID 79 at the onset.
 * ``xid`` (``code=N``, default 13): one XID event and nothing else, so its score is
   unambiguous (combine with ``gpu_lost`` or ``ecc`` for consequences).
