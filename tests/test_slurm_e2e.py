@@ -25,7 +25,6 @@ from pathlib import Path
 
 import pytest
 import yaml
-
 from slurm_helpers import Cluster, missing
 
 pytestmark = [pytest.mark.slow,
