@@ -237,3 +237,21 @@ def test_the_prolog_never_fails_a_job(tmp_path):
     env = {**os.environ, "SLURM_JOB_ID": "42"}
     assert subprocess.run([str(script)], env=env, capture_output=True, check=False
                           ).returncode == 0
+
+
+def test_a_dry_run_says_what_it_would_do_and_does_nothing(clean, tmp_path):
+    cluster = clean
+    agent = Agent(cluster, tmp_path, "sim:gpu_lost(gpus=4,for=10)@20",
+                  slurm={"dry_run": True, "hold_down": "0s"})
+    try:
+        st = agent.wait(lambda s: actions(s, "drain"), "a drain it would make")
+        assert actions(st, "drain")[0]["dry_run"] is True
+        assert "drain" not in cluster.state()
+        st = agent.wait(lambda s: actions(s, "resume"), "a resume it would make",
+                        timeout=180)
+        assert actions(st, "resume")[0]["dry_run"] is True
+        assert st["slurm"]["drains"] == 0 and st["slurm"]["resumes"] == 0
+        assert "would drain" in Path(agent.log.name).read_text()
+    finally:
+        agent.stop()
+    assert "drain" not in cluster.state()
