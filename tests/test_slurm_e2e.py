@@ -141,7 +141,7 @@ def test_a_lost_gpu_drains_the_node_under_a_real_job_and_resumes_it(clean, tmp_p
         state, reason = cluster.node_line()
         assert reason.startswith("watchdog: gpu_lost GPU 2: ") and "drain" in state, \
             (state, reason)
-        assert "watchdog: gpu_lost GPU 2" in cluster.run("sinfo", "-R").stdout
+        assert "watchdog: gpu_lost" in cluster.run("sinfo", "-R").stdout  # cut at 20
         assert any(j["id"] == job_id for j in (st.get("job") or {}).get("jobs", [])), st
         assert job.wait(timeout=60) == 0  # a drain lets the running job finish
         st = agent.wait(lambda s: actions(s, "resume"), "a resume after the hold-down",
