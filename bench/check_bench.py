@@ -17,6 +17,11 @@ child process: gpustat sleeps 0.1 s per GPU that has processes (to measure their
 so its wall time is mostly waiting, and the CPU column shows the work apart from that.
 Bounded: about ``runs x 3`` seconds.
 
+``watchdog check --agent --json`` is timed too: the probe of a running agent's judgment
+(its state, no NVML), as a scheduler runs it every few seconds, run directly (it loads no
+NVML, fake or real); an agent on a simulated node runs beside it meanwhile (at 1x, so
+its own cost is small) so there is a status to read. Budget: under 0.3 s of CPU.
+
 Usage: ``python bench/check_bench.py [--runs 15] [--scenario healthy]``
 """
 
@@ -76,12 +81,34 @@ def main(argv: list[str] | None = None) -> int:
     args = ap.parse_args(argv)
     env = {**os.environ, "NO_COLOR": "1"}
     compiled()
+    import tempfile
+
+    state = tempfile.mkdtemp(prefix="check-bench-")
+    agent = subprocess.Popen([sys.executable, "-m", "watchdog", "run", "--source", "sim",
+                              "--state-dir", state, "--duration", "1h"],
+                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=env)
+    try:
+        return _measure(args, env, state)
+    finally:
+        agent.terminate()
+        agent.wait(timeout=30)
+
+
+def _measure(args: argparse.Namespace, env: dict[str, str], state: str) -> int:
+    probe = [sys.executable, "-m", "watchdog", "check", "--agent", "--state-dir", state,
+             "--json"]
+    for _ in range(600):  # the agent's first status (it writes one every 5 s)
+        if json.loads(subprocess.run(probe, capture_output=True, text=True, env=env,
+                                     check=False).stdout)["status"] != "UNKNOWN":
+            break
+        time.sleep(0.1)
     cmds = {
         "gpustat --json": command(args.scenario, "gpustat", "--json"),
         "watchdog check --json --duration 0": command(args.scenario, "watchdog", "check",
                                                        "--json", "--duration", "0"),
         "watchdog check --json (default 1 s burst)": command(args.scenario, "watchdog",
                                                              "check", "--json"),
+        "watchdog check --agent --json": probe,
     }
     # One untimed run each: fills the OS file cache alike, and validates the outputs.
     for name, cmd in cmds.items():

@@ -23,6 +23,8 @@ import time
 from pathlib import Path
 
 import pytest
+from test_dashboard import exported as exported_dashboard
+from test_dashboard import queries as dashboard_queries
 
 from watchdog.testing.fleet import (
     Fleet,
@@ -82,10 +84,15 @@ def test_a_job_hang_across_nodes_is_one_page_naming_the_node_that_caused_it(
             time.sleep(2.0)  # the last resolves reach Alertmanager's receiver
             series = fleet.query('count(last_over_time({__name__=~"watchdog_.*|process_.*", '
                                  'node="fleet-b1"}[1m]))')
+            # the shipped Grafana dashboard: every panel's and annotation's query, with its
+            # variables at "All", over the run (a panel showing the last 10 minutes)
+            empty = [name for name, expr in dashboard_queries(exported_dashboard())
+                     if not fleet.query(f"last_over_time(({expr})[10m:1s])")]
         finally:
             fleet.close()
     logs = {n.host: n.log.read_text() for n in fleet.nodes if n.log}
     assert codes == [0] * 6, logs
+    assert empty == [], f"dashboard queries without data: {empty}"
     assert not any("Traceback" in t for t in logs.values()), logs
     # PagerDuty: the three hung nodes of job A, one dedup_key: one incident
     events = [(r.body["event_action"], r.body["dedup_key"]) for r in pd.requests]

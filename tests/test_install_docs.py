@@ -70,8 +70,9 @@ def installed(tmp_path_factory: pytest.TempPathFactory) -> dict[str, object]:
     shutil.copytree(REPO, checkout, ignore=shutil.ignore_patterns(
         ".git", ".venv", "build", "dist", "*.egg-info", "__pycache__", ".pytest_cache",
         ".ruff_cache", ".hypothesis"))
-    for f in (checkout / "config").iterdir():
-        f.write_text(relocate(f.read_text(), root))
+    for f in (checkout / "config").rglob("*"):
+        if f.is_file():
+            f.write_text(relocate(f.read_text(), root))
     env = {**os.environ, "PIP_DISABLE_PIP_VERSION_CHECK": "1"}
     env.pop("VIRTUAL_ENV", None)
     # python3 of the system, not of the test environment (as an operator would run it)

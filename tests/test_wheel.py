@@ -42,6 +42,7 @@ def test_wheel_contains_the_default_rules_and_no_tests(wheel: Path) -> None:
     assert rules, "the wheel ships no default rules"
     assert any(n.startswith("watchdog/default_rules/tests/") for n in rules)
     assert not any(n.startswith("tests/") for n in names)
+    assert "watchdog/dashboards/nvml-watchdog.json" in names  # rules export --grafana
 
 
 def test_installed_wheel_runs_check_from_another_directory(wheel: Path, tmp_path: Path) -> None:

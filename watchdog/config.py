@@ -85,13 +85,14 @@ class Config:
     model: Any = None
     runbook_url: str | None = None
     job: Any = None  # watchdog.service.jobs.JobConfig: overrides the job the node reads
+    slurm: Any = None  # watchdog.service.slurm.SlurmConfig: drain and resume the node
     path: str | None = None
     lines: dict[str, int] = field(default_factory=dict)
 
 
 _KEYS = {"source", "interval", "rules", "host", "state_dir", "speed", "sim_gpus",
          "sim_model", "sim_seed", "metrics", "record", "retention", "call_timeout",
-         "notify", "model", "runbook_url", "job"}
+         "notify", "model", "runbook_url", "job", "slurm"}
 
 
 def load(path: str | Path) -> Config:
@@ -118,6 +119,10 @@ def load(path: str | Path) -> Config:
             from watchdog.service.jobs import parse_config
 
             out["job"] = parse_config(value, at)
+        elif key == "slurm":
+            from watchdog.service.slurm import parse_config as parse_slurm
+
+            out["slurm"] = parse_slurm(value, at)
         else:
             out[key] = _coerce(key, value, at)
     if "notify" in out:

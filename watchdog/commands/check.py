@@ -10,6 +10,7 @@ import argparse
 import sys
 from typing import NoReturn
 
+from watchdog.check.modes import CATEGORIES, MODES
 from watchdog.commands.common import add_source_args
 
 EPILOG = """\
@@ -30,6 +31,17 @@ or a Kubernetes exec probe):
               Bad input is UNKNOWN here (not 2 as in other commands): a typo in a probe's
               arguments must not make Slurm or Nagios drain a healthy node.
 With several problems the node takes the worst: CRITICAL > WARNING > UNKNOWN > OK.
+
+--mode slurm (a Prolog/Epilog, where any non-zero exit drains): 1 only for a critical
+  lost GPU (or one missing from --expect-gpus), uncorrectable ECC or fatal XID; 0 for
+  everything else, a failure to judge included. One line.
+--mode npd (node-problem-detector's custom plugin): 0 OK, 1 problem, 2 cannot judge;
+  one line of at most 80 characters. --category picks one NodeCondition
+  (GpuWatchdog<Category>: lost, ecc, xid, driver, slowdown) or the Event rule (events:
+  warnings, a hung collective).
+--agent reads the running agent's judgment (its state directory: --state-dir, the
+  --config's state_dir, else $STATE_DIRECTORY) instead of sampling: no NVML, a
+  database read; UNKNOWN when the agent is not running or its status is stale.
 What the rules describe is judged by the rules (the shipped ones, or --rules), with their
 severity, over the burst ("the condition holds now": for: is not applied); rules that need
 minutes (stall, straggler) are left to `watchdog run`.
@@ -94,10 +106,25 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--no-color", action="store_true",
                    help="no ANSI colour (also off when NO_COLOR is set or stdout is not a "
                         "terminal)")
+    sched = p.add_argument_group("schedulers")
+    sched.add_argument("--mode", choices=MODES, default="nagios",
+                       help="exit codes as read by: nagios (default: 0-3), slurm (a Prolog/"
+                            "Epilog: non-zero only to drain), npd (node-problem-detector: "
+                            "0 OK, 1 problem, 2 unknown)")
+    sched.add_argument("--category", choices=CATEGORIES, default=None,
+                       help="npd: judge one NodeCondition's kinds, or the Event rule "
+                            "(events); default: every condition")
+    sched.add_argument("--agent", action="store_true",
+                       help="the running agent's judgment (its state), no NVML of its own")
+    sched.add_argument("--state-dir", metavar="DIR",
+                       help="--agent: the agent's state directory")
+    sched.add_argument("--config", metavar="FILE",
+                       help="--agent: the agent's config (for its state_dir)")
     p.error = _unknown_error.__get__(p)  # type: ignore[method-assign]
     known = p.parse_known_args
 
     def strict(args=None, namespace=None):  # unknown options: our exit 3, not the top's 2
+        p._mode = _mode_in(sys.argv[1:] if args is None else args)
         ns, extras = known(args, namespace)
         if extras:
             p.error(f"unrecognized arguments: {' '.join(extras)}")
@@ -107,12 +134,28 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.set_defaults(func=run)
 
 
+def _mode_in(argv: list[str]) -> str:
+    """The ``--mode`` a command line asks for, read before parsing (a usage error must
+    exit as that mode reads "cannot judge")."""
+    for i, a in enumerate(argv):
+        value = a.partition("=")[2] if a.startswith("--mode=") else \
+            argv[i + 1] if a == "--mode" and i + 1 < len(argv) else None
+        if value in MODES:
+            return value
+    return "nagios"
+
+
 def _unknown_error(self: argparse.ArgumentParser, message: str) -> NoReturn:
-    """Usage errors exit 3 (UNKNOWN), not argparse's 2 (which reads as CRITICAL)."""
+    """Usage errors are "cannot judge": exit 3 (UNKNOWN), not argparse's 2 (which reads
+    as CRITICAL); 0 in slurm mode (a typo must not drain), 2 in npd mode."""
     self.print_usage(sys.stderr)
     print(f"watchdog check: error: {message}", file=sys.stderr)
-    print("WATCHDOG UNKNOWN - bad command line")
-    raise SystemExit(3)
+    mode = getattr(self, "_mode", "nagios")
+    if mode == "nagios":
+        print("WATCHDOG UNKNOWN - bad command line")
+        raise SystemExit(3)
+    print("cannot judge: bad command line")
+    raise SystemExit(0 if mode == "slurm" else 2)
 
 
 def run(args: argparse.Namespace) -> int:
@@ -122,9 +165,12 @@ def run(args: argparse.Namespace) -> int:
     from watchdog.errors import WatchdogError
 
     try:
-        from watchdog.commands.common import source_options
+        if args.agent:
+            verdict = _agent(args)
+        else:
+            from watchdog.commands.common import source_options
 
-        verdict = probe(args, source_options(args))
+            verdict = probe(args, source_options(args))
     except WatchdogError as e:
         from watchdog.errors import error_line
 
@@ -138,9 +184,30 @@ def run(args: argparse.Namespace) -> int:
         msg = f"internal error: {type(e).__name__}: {e} (this is a bug; rerun with --debug)"
         print(f"watchdog: {msg}", file=sys.stderr)
         verdict = unknown(args, msg)
+    from watchdog.check import modes
+
     if args.json:
         print(report.to_json(verdict))
+    elif args.mode != "nagios":
+        print(modes.line(verdict, args.mode, args.category))
     else:
         color = table.use_color(sys.stdout, args.no_color)
         sys.stdout.write(table.render(verdict, color=color))
-    return verdict.exit_code
+    return modes.exit_code(verdict, args.mode, args.category)
+
+
+def _agent(args: argparse.Namespace) -> object:
+    """The verdict of the agent whose state directory the options name."""
+    from watchdog.check import agent
+    from watchdog.clock import WallClock
+    from watchdog.errors import InputError
+    from watchdog.store import resolve_state_dir
+
+    if args.source != "nvml" or args.map:
+        raise InputError("--agent reads the agent's judgment; it takes no --source")
+    configured = args.state_dir
+    if configured is None and args.config:
+        from watchdog import config as config_mod
+
+        configured = config_mod.load(args.config).state_dir
+    return agent.verdict(resolve_state_dir(configured), WallClock().now(), args.host)

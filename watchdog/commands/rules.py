@@ -9,6 +9,9 @@ x0.75 and x1.33 and lists those no test notices (exit 0, or 1 below ``--min-scor
 ``export --prometheus`` prints the fleet rules for Prometheus (recording and alerting
 rules in PromQL over every node's metrics: docs/fleet.md) on stdout, from the installed
 package, ready for ``promtool check rules`` and Prometheus's ``rule_files``.
+``export --grafana`` prints the Grafana dashboard over the same metrics (per node and per
+job, the incidents as annotations, the culprit node of a job-wide hang: docs/fleet.md),
+ready for Grafana's dashboard import or a provisioning folder.
 """
 
 from __future__ import annotations
@@ -37,10 +40,13 @@ def register(subparsers: Any) -> None:
                    help="with --mutate: exit 1 when the caught fraction is below X (0-1)")
     t.set_defaults(func=run_test)
     e = sub.add_parser("export", help="print rules for other systems (--prometheus: the "
-                                      "fleet rules)")
-    e.add_argument("--prometheus", action="store_true", required=True,
-                   help="the fleet rules for Prometheus (PromQL recording and alerting rules "
-                        "over every node's metrics; docs/fleet.md)")
+                                      "fleet rules; --grafana: the dashboard)")
+    what = e.add_mutually_exclusive_group(required=True)
+    what.add_argument("--prometheus", action="store_true",
+                      help="the fleet rules for Prometheus (PromQL recording and alerting "
+                           "rules over every node's metrics; docs/fleet.md)")
+    what.add_argument("--grafana", action="store_true",
+                      help="the Grafana dashboard (JSON) over the same metrics")
     e.set_defaults(func=run_export)
     p.set_defaults(func=lambda _a: p.print_help() or 2)
 
@@ -66,16 +72,24 @@ def prometheus_rules_file() -> Any:
     return default_rules_dir() / "prometheus" / "fleet.yml"
 
 
+def grafana_dashboard_file() -> Any:
+    """The shipped Grafana dashboard (``watchdog/dashboards/nvml-watchdog.json``)."""
+    from pathlib import Path
+
+    return Path(__file__).resolve().parent.parent / "dashboards" / "nvml-watchdog.json"
+
+
 def run_export(args: argparse.Namespace) -> int:
     import sys
 
     from watchdog.errors import InputError
 
-    path = prometheus_rules_file()
+    path = grafana_dashboard_file() if args.grafana else prometheus_rules_file()
     try:
         text = path.read_text(encoding="utf-8")
     except OSError as e:
-        raise InputError(f"{path}: the fleet rules are missing from this install: "
+        what = "dashboard" if args.grafana else "fleet rules"
+        raise InputError(f"{path}: the {what} is missing from this install: "
                          f"{e.strerror}") from None
     sys.stdout.write(text)
     return 0

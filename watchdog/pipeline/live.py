@@ -399,6 +399,15 @@ class LivePipeline:
             self._load_learned()
             self._deliver(now, changes)
 
+    def annotate(self, inc: Incident, key: str, text: str) -> None:
+        """Add ``text`` to an active incident's ``evidence[key]`` (a list) and record it
+        again: what was done about it (a Slurm drain), from another thread."""
+        with self._lock:
+            if inc.resolved_at is not None:
+                return
+            inc.evidence[key] = [*inc.evidence.get(key, []), text][-10:]
+            self._store_incident(self.clock.now(), inc)
+
     def status(self) -> dict[str, Any]:
         """The status document ``watchdog status`` prints (JSON-ready)."""
         return status_doc(self)

@@ -38,6 +38,7 @@ class Agent:
     settings: Any = None  # the interval and rules in force (one owner, see Settings)
     jobs: Any = None  # what the node runs (watchdog.service.jobs.JobTracker)
     fleet: Any = None  # the fleet's view of the job (watchdog.service.fleet.FleetView)
+    slurm: Any = None  # drains and resumes the node (watchdog.service.slurm.SlurmActor)
     _metrics_retry_at: float = 0.0
 
     def announce(self) -> None:
@@ -63,7 +64,8 @@ class Agent:
             return
         mhost, mport = self.metrics_at
         first = self.metrics_error is None and not self._metrics_retry_at
-        server, err = serve(self.pipeline, mhost, mport, quiet=True, jobs=self.jobs)
+        server, err = serve(self.pipeline, mhost, mport, quiet=True, jobs=self.jobs,
+                            extra=[self.slurm] if self.slurm is not None else [])
         self._metrics_retry_at = time.monotonic() + METRICS_RETRY_S
         if err is not None and first:
             log.error("%s; retrying every %.0f s", err, METRICS_RETRY_S)
@@ -90,6 +92,8 @@ class Agent:
         finally:
             if self.fleet is not None:
                 self.fleet.stop()
+            if self.slurm is not None:
+                self.slurm.stop()
             p.close()
             for s in self.servers:
                 try:
@@ -123,7 +127,7 @@ class Agent:
         rules = load_rules(self.rules_override or list(new.rules) or None)
         notes = []
         for key in ("source", "state_dir", "host", "metrics_listen", "record", "model",
-                    "notify", "job"):
+                    "notify", "job", "slurm"):
             if getattr(new, key) != getattr(self.cfg, key):
                 notes.append(f"{key} changed: takes effect at the next restart")
         changed = self.settings.update(interval=new.interval, rules=rules)
@@ -203,6 +207,23 @@ def _jobs(cfg: Any) -> tuple[Any, Any]:
     return tracker, SampleTee(tracker)
 
 
+def _slurm(cfg: Any, pipeline: Any, db: Any) -> Any:
+    """The Slurm actor for config ``slurm:`` (None without it), started: it sees every
+    transition as a notifier and judges only while the GPUs can be read."""
+    if getattr(cfg, "slurm", None) is None:
+        return None
+    from watchdog.service.slurm import SlurmActor
+
+    actor = SlurmActor(cfg.slurm, now=pipeline.clock.now,
+                       judging=lambda: pipeline.source is not None,
+                       annotate=lambda inc, text: pipeline.annotate(inc, "slurm", text),
+                       db=db)
+    actor.status_to = pipeline.extra_status
+    pipeline.notifiers.append(actor)
+    actor.start()
+    return actor
+
+
 def build(cfg: Any, *, spec: str, options: Any, interval: float, speed: float,
           rules_override: list[str], state_dir: str | None, demo: bool, clock: Clock,
           stop_after: float | None, load_config: Any = None) -> Agent:
@@ -265,10 +286,12 @@ def build(cfg: Any, *, spec: str, options: Any, interval: float, speed: float,
     tee.status_to = pipeline.extra_status
     if fleet is not None:
         fleet.start()
+    slurm = _slurm(cfg, pipeline, db)
     stop_at = clock.now() + stop_after if stop_after is not None else None
     agent = Agent(cfg=cfg, spec=spec, pipeline=pipeline, daemon=None,
                   rules_override=rules_override, state_dir=sdir, lock=lock, db=db,
-                  load_config=load_config, settings=settings, jobs=jobs, fleet=fleet)
+                  load_config=load_config, settings=settings, jobs=jobs, fleet=fleet,
+                  slurm=slurm)
     agent.daemon = Daemon(pipeline, interval=interval, speed=speed, stop_at=stop_at,
                           reload=agent.reload, maintain=agent.maintain)
     if cfg.metrics_listen:

@@ -285,14 +285,17 @@ class PipelineCollector:
 
 
 def serve(pipeline: Any, host: str, port: int, quiet: bool = False,
-          jobs: Any = None) -> tuple[Any, str | None]:
+          jobs: Any = None, extra: list[Any] | tuple[Any, ...] = ()) -> tuple[Any, str | None]:
     """Start the endpoint; returns ``(server or None, error or None)``; never raises.
-    ``quiet``: a failure is only returned, not logged (the agent's retries)."""
+    ``quiet``: a failure is only returned, not logged (the agent's retries). ``extra``:
+    more collectors (objects with ``collect()``), e.g. the Slurm actor's counters."""
     try:
         from prometheus_client import CollectorRegistry, start_http_server
 
         registry = CollectorRegistry(auto_describe=False)
         registry.register(PipelineCollector(pipeline, jobs))
+        for collector in extra:
+            registry.register(collector)
         server, _thread = start_http_server(port, addr=host, registry=registry)
     except Exception as e:  # noqa: BLE001 - a taken port is a finding, not a crash
         msg = f"metrics endpoint {host}:{port} not started: {type(e).__name__}: {e}"

@@ -72,6 +72,8 @@ def render(doc: dict[str, Any], now: float) -> str:
                                                   if m.get("error") else ""))
     if doc.get("alerting"):
         lines.extend(_alerting_lines(doc["alerting"]))
+    if doc.get("slurm"):
+        lines.extend(_slurm_lines(doc["slurm"]))
     lines.append(f"status written {_t(doc.get('status_written_at'))}")
     return "\n".join(lines)
 
@@ -140,6 +142,24 @@ def _model_line(md: dict[str, Any]) -> str:
     if md.get("error"):
         head += f" · {md['error']}"
     return head
+
+
+def _slurm_lines(sl: dict[str, Any]) -> list[str]:
+    """``slurm: node n17 drained by the agent · 1 drain, 0 resumes`` and its last actions."""
+    state = ("DRAINED by the agent" + (" (dry run: not really)" if (sl.get("drained") or {})
+                                       .get("dry_run") else "")
+             if sl.get("drained") else "in service as far as the agent is concerned")
+    head = (f"slurm: node {sl.get('node')} {state} · {sl.get('drains', 0)} drains, "
+            f"{sl.get('resumes', 0)} resumes · hold-down {duration(sl.get('hold_down_s', 0))}"
+            + (" · DRY RUN" if sl.get("dry_run") else "")
+            + ("" if sl.get("judging", True) else " · cannot judge: changes nothing"))
+    out = [head]
+    if sl.get("error"):
+        out.append(f"  ! {sl['error']}")
+    for a in (sl.get("actions") or [])[-5:]:
+        word = f"would {a['action']}" if a.get("dry_run") else a["action"]
+        out.append(f"  {_t(a.get('at'))} {word}: {a.get('detail')}")
+    return out
 
 
 def _alerting_lines(al: dict[str, Any]) -> list[str]:
