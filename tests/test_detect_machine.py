@@ -6,8 +6,8 @@ import math
 
 import numpy as np
 
-from watchdog.detect.learned import LearnedWait, WaitLearner
 from watchdog.detect.machine import EntityState, Machine
+from watchdog.detect.waits import LearnedWait, WaitLearner
 
 
 def run(machine: Machine, cond: list[int], clear: list[int] | None = None,

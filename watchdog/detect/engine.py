@@ -25,10 +25,11 @@ import numpy as np
 
 from watchdog.detect.engaged import EngagedTimeline
 from watchdog.detect.intake import Columns, Intake, frame_columns, tick_columns
-from watchdog.detect.learned import PowerLevels, load_waits, waits_to_dict
+from watchdog.detect.learned import PowerLevels
 from watchdog.detect.ledger import Ledger
 from watchdog.detect.loader import Rule, RuleSet
 from watchdog.detect.rules_run import RuleRunner
+from watchdog.detect.waits import load_waits, waits_to_dict
 from watchdog.incident import Incident
 from watchdog.records import DeviceInfo, Sample, XidEvent
 

@@ -18,7 +18,7 @@ from typing import Any
 import yaml
 
 from watchdog.detect.lang import LangError, Node, compile_expr, max_window
-from watchdog.detect.learned import LearnedWait, parse_learned_wait
+from watchdog.detect.waits import LearnedWait, parse_learned_wait
 from watchdog.errors import InputError
 from watchdog.incident import KINDS, OWN_KINDS, SEVERITIES
 from watchdog.units import parse_duration

@@ -23,7 +23,7 @@ from typing import Any
 
 import numpy as np
 
-from watchdog.detect.learned import LearnedWait, WaitLearner
+from watchdog.detect.waits import LearnedWait, WaitLearner
 
 INF = math.inf
 _PRIO = {"forget": 0, "resolve": 1, "fire": 2, "start": 3}

@@ -29,13 +29,14 @@ from watchdog.detect.fallbacks import words
 from watchdog.detect.grouping import add_members, make_incident, members, node_value
 from watchdog.detect.intake import Gpu
 from watchdog.detect.lang import Binary, Call, In, Name, Node, Unary, children
-from watchdog.detect.learned import WaitLearner, learn_windows, work_window
+from watchdog.detect.learned import learn_windows, work_window
 from watchdog.detect.ledger import Ledger
 from watchdog.detect.loader import Rule, RuleSet
 from watchdog.detect.machine import EntityState, Machine
 from watchdog.detect.prune import never_true, simplify, with_presence
 from watchdog.detect.signal_names import CHAINED_SIGNALS, DEPENDS, LEARNING_SIGNALS
 from watchdog.detect.signals import Block
+from watchdog.detect.waits import WaitLearner
 from watchdog.incident import Incident
 
 NODE = "node"  # the entity key of a node rule's state

@@ -19,8 +19,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from watchdog.detect.lang import LangError, compile_expr, tokenize
-from watchdog.detect.learned import parse_learned_wait
 from watchdog.detect.loader import Rule, RuleSet, load_rules
+from watchdog.detect.waits import parse_learned_wait
 from watchdog.errors import InputError
 from watchdog.pipeline.ruletest import Case, load_cases, run_case
 from watchdog.units import parse_duration
