@@ -222,8 +222,9 @@ def get(name: str) -> Metric:
 
 @dataclass(frozen=True, slots=True)
 class GpuModel:
-    """One GPU model's figures (None: not known). ``match``: substrings of
-    ``nvidia-smi``'s ``name`` (case-insensitive), the first model matching wins."""
+    """One GPU model's figures (None: not known). ``match``: words of ``nvidia-smi``'s
+    ``name`` (case-insensitive, whole words: "l4" does not match "l40s"), the first model
+    matching wins."""
 
     label: str
     match: tuple[str, ...]
@@ -293,9 +294,21 @@ GPU_MODELS: tuple[GpuModel, ...] = (
              source="horovod/horovod#3611 (V100-PCIE-32GB, 250 W limit)"),
     GpuModel("V100 SXM2", ("v100-sxm2", "v100"), tdp_w=300.0,
              source="NVIDIA V100 datasheet (SXM2 300 W)"),
-    GpuModel("T4", ("tesla t4", " t4"), tdp_w=70.0, memory_mib=15360.0,
+    GpuModel("T4", ("t4",), tdp_w=70.0, memory_mib=15360.0,
              source="NVIDIA T4 datasheet"),
 )
+
+
+def _word_in(text: str, key: str) -> bool:
+    """Whether ``key`` occurs in ``text`` with no letter or digit on either side."""
+    at = text.find(key)
+    while at >= 0:
+        end = at + len(key)
+        if ((at == 0 or not text[at - 1].isalnum())
+                and (end == len(text) or not text[end].isalnum())):
+            return True
+        at = text.find(key, at + 1)
+    return False
 
 
 def gpu_model(name: str | None) -> GpuModel | None:
@@ -304,6 +317,6 @@ def gpu_model(name: str | None) -> GpuModel | None:
         return None
     low = name.lower()
     for m in GPU_MODELS:
-        if any(k in low for k in m.match):
+        if any(_word_in(low, k) for k in m.match):
             return m
     return None
