@@ -51,7 +51,7 @@ SCENARIOS: tuple[tuple[str, str, float], ...] = (
     ("comm_hang", "sim:comm_hang", 900.0),
     ("comm_hang dead rank", "sim:comm_hang(dead=3)", 900.0),
     ("comm_hang after ckpt", "sim:comm_hang@3000", 3600.0),
-    ("stall", "sim:stall", 1200.0),
+    ("stall", "sim:stall@35m", 3000.0),  # judged after steady work (30 min)
     ("thermal_throttle", "sim:thermal_throttle", 900.0),
     ("hw_slowdown", "sim:hw_slowdown", 900.0),
     ("memory_pressure", "sim:memory_pressure", 2400.0),  # a 30 min leak: 15 min to warn

@@ -114,9 +114,9 @@ def test_xid_events_reach_the_detector_in_the_right_block():
 
 
 def test_sim_path_replays_a_simulated_node(capsys):
-    doc = run_json(["sim:stall", "--duration", "15m", "--gpus", "4", "--interval", "5s"],
+    doc = run_json(["sim:stall@35m", "--duration", "45m", "--gpus", "4", "--interval", "5s"],
                    capsys)
-    assert doc["sources"][0]["samples"] == 4 * 180
+    assert doc["sources"][0]["samples"] == 4 * 540
     (inc,) = doc["incidents"]
     assert (inc["kind"], inc["gpus"]) == ("stall", ["0", "1", "2", "3"])
 

@@ -81,6 +81,6 @@ def test_simulated_inference_server_raises_no_stall(capsys):
 
 
 def test_simulated_trainer_that_stops_is_still_a_stall(capsys):
-    main(["replay", "sim:stall", "--duration", "20m", "--json"])
+    main(["replay", "sim:stall@35m", "--duration", "45m", "--interval", "5s", "--json"])
     doc = json.loads(capsys.readouterr().out)
     assert [i["kind"] for i in doc["incidents"]] == ["stall"]

@@ -251,9 +251,10 @@ def _columns(metrics: list[str]) -> list[str]:
     return words
 
 
-#: A GPU first judged by the stall rule this long after it was first seen (s: the 90 s of
-#: history it needs and a minute more) went unjudged for a while: the notes say so.
-STALL_HISTORY_SAID_S = 150.0
+#: A GPU first judged by the stall rule this long after it was first seen (s: the 10 min of
+#: history it needs and one 15 s sample more) went unjudged for a while (it idled, or its
+#: log has gaps): the notes say so.
+STALL_HISTORY_SAID_S = 615.0
 
 
 def late(rules: Iterable[Rule], metrics: Iterable[str], devices: Sequence[DeviceInfo],
@@ -262,7 +263,7 @@ def late(rules: Iterable[Rule], metrics: Iterable[str], devices: Sequence[Device
     no GPU name, the hang rule judges a GPU only once it has a busy level (or, with clocks
     logged, an idle level); with no slowdown temperature, the thermal rule only 10 min
     after the GPU was first seen working; the stall rule only once a GPU was seen working
-    after 90 s of watching. ``learned``: ``Detector.learned_since()``."""
+    after 10 min of observing it. ``learned``: ``Detector.learned_since()``."""
     have = frozenset(metrics)
     src = _sources(have, devices)
     unknown = {s for s, (code, _, _) in src.items() if math.isnan(code)}
@@ -293,8 +294,8 @@ def late(rules: Iterable[Rule], metrics: Iterable[str], devices: Sequence[Device
             for v in learned.values():
                 per[int(v["index"])] = _from(v["temp"], v["last"])
         elif "work_before_idle" in reads:
-            what = ("a stall is judged on a GPU once it was seen working after 90 s of "
-                    "watching (a shorter history cannot tell steady work from a burst)")
+            what = ("a stall is judged on a GPU once it was seen working after 10 min of "
+                    "observing it (a shorter history cannot tell steady work from a burst)")
             for v in learned.values():
                 per[int(v["index"])] = _from(v["work"], v["last"])
         never = sorted(g for g, t in per.items() if math.isinf(t))
@@ -302,7 +303,7 @@ def late(rules: Iterable[Rule], metrics: Iterable[str], devices: Sequence[Device
                 per[int(v["index"])] > v.get("seen", -math.inf) + STALL_HISTORY_SAID_S
                 for v in learned.values()):
             # the stall rule's wait for history is said only when it mattered: a GPU that
-            # was first judged well after its first 90 s (it idled, or its log began
+            # was first judged well after its first 10 min (it idled, or its log began
             # with a short burst and then an idle gap that could not be judged)
             continue
         if not per:

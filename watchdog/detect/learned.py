@@ -87,12 +87,18 @@ BUSY_MIN_SHARE = 1.0 / 3.0
 # the highest temperature seen while working counts from this long after it was seen
 # (s): a cooling fault's own climb (a minute or two) never raises its reference
 WORK_TEMP_DELAY_S = 600.0
-# work before an idle run: the share of this window (s) in which util was >= 5 %
-WORK_WINDOW_S = 300.0
+# work before an idle run: the share of this window (s) in which util was >= 5 %. Half an
+# hour tells a trainer (90-100 %: micro-dips stay above 5 %, a 2 min checkpoint every half
+# hour leaves 93 %) from work in bursts (real RL with CPU-bound rollouts 8-19 %, real
+# notebooks and debugging sessions, another user's on-and-off job 78 %; a vLLM server
+# answering in bursts 25-43 %): five minutes held a 2-minute RL burst at 50 % and more
+WORK_WINDOW_S = 1800.0
 WORK_BUSY_PCT = 5.0
-# ... counted only once the GPU has been watched this long (s): a share over less history
-# cannot tell a burst from steady work (a server's first request from a trainer's start)
-WORK_MIN_HISTORY_S = 90.0
+# ... counted only once the window holds this much of the job (s: time with memory held,
+# gaps in the sampling not counted): a share over less history cannot tell a burst from
+# steady work (a notebook's first cell from a trainer's start; real runs paged after 3-6
+# min of history)
+WORK_MIN_HISTORY_S = 600.0
 # serving rhythm (a log without process names): an idle gap with memory held at least this
 # long (s) that ended in work is a server's gap between requests; a trainer's checkpoint
 # pauses last 30 s to 2 min, and its stalls do not end in work by themselves
@@ -107,10 +113,18 @@ SERVER_MIN_MEMORY_MIB = 1024.0
 
 
 @functools.cache
-def work_window() -> Any:
-    """``frac(utilization.gpu >= 5, 5m)``: the share of the last 5 min the GPU worked."""
-    return Call(0, "frac", (Binary(0, ">=", Name(0, "utilization.gpu"),
-                                   Num(0, WORK_BUSY_PCT)),), WORK_WINDOW_S)
+def work_window() -> tuple[Any, Any]:
+    """Over the last 30 min, the share of the time (%) in which a job held the GPU (memory
+    used >= 1 GiB) and it worked (utilization >= 5 %), and the share in which a job held
+    it with its utilization read: their ratio is the share of the job's time it worked,
+    and the second, times the time observed, is how much of the job the window holds. Time
+    before the job (no process, memory free) and readings without utilization (a W&B record
+    of other stats) are neither work nor idleness."""
+    util, mem = Name(0, "utilization.gpu"), Name(0, "memory.used")
+    held = Binary(0, ">=", mem, Num(0, SERVER_MIN_MEMORY_MIB))
+    worked = Binary(0, "and", Binary(0, ">=", util, Num(0, WORK_BUSY_PCT)), held)
+    read = Binary(0, "and", Call(0, "present", (util,)), held)
+    return (Call(0, "frac", (worked,), WORK_WINDOW_S), Call(0, "frac", (read,), WORK_WINDOW_S))
 
 
 def working(util: np.ndarray, power: np.ndarray, sm_activity: np.ndarray,
@@ -157,8 +171,12 @@ class PowerLevels:
         self.idle_since = np.empty(0)
         self.gap_end = np.empty(0)
         self.power_mean = Window("mean", LEARN_WINDOW_S)
-        self.work_mean = Window("frac", WORK_WINDOW_S)  # bare blocks (tests) only
+        # bare blocks (tests) only: the work window's two fracs
+        self.work_mean = Window("frac", WORK_WINDOW_S)
+        self.read_mean = Window("frac", WORK_WINDOW_S)
         self.work_share = np.empty(0)  # work_before_idle held through an idle run
+        self.observed = np.empty(0)  # seconds each GPU was observed (see watched)
+        self._watched: tuple[Segments, np.ndarray] | None = None  # this block's, computed once
         # highest temperature while working: running max, and its rises (time, value)
         self.work_temp = np.empty(0)
         self.work_temp_hist: list[tuple[np.ndarray, np.ndarray]] = []
@@ -176,6 +194,7 @@ class PowerLevels:
             self.idle_since = np.concatenate((self.idle_since, pad))
             self.gap_end = np.concatenate((self.gap_end, pad))
             self.work_share = np.concatenate((self.work_share, pad))
+            self.observed = np.concatenate((self.observed, np.zeros(extra)))
             self.work_temp = np.concatenate((self.work_temp, pad))
             self.work_temp_hist.extend((np.empty(0), np.empty(0)) for _ in range(extra))
             for k, v in self.since.items():
@@ -235,24 +254,39 @@ class PowerLevels:
         return out
 
     def watched(self, seg: Segments) -> np.ndarray:
-        """Seconds since each GPU's first sample, at each sample of ``seg`` (the history
-        a window of that length actually holds: at the start of a log or of the agent,
-        a 15 min window holds less)."""
+        """Seconds each GPU has been observed, at each sample of ``seg``: the sum of its
+        samples' weights ``d`` (each the gap to the previous sample, capped at the
+        detector's ``max_gap``), so a gap in the sampling is not history. It is the history
+        a window of that length actually holds: at the start of a log or of the agent, or
+        after a long gap, a 15 min window holds less. Carried across blocks (computed
+        once per block; every caller gets the same numbers)."""
+        if self._watched is not None and self._watched[0] is seg:
+            return self._watched[1]
         seen = self.since["seen"]
         for g in np.flatnonzero((seg.counts > 0) & np.isnan(seen[:len(seg.counts)])):
             seen[g] = seg.ts[seg.offsets[g]]
-        return seg.ts - seen[seg.gi]
+        out = np.empty(len(seg.ts))
+        for g in np.flatnonzero(seg.counts):
+            lo, hi = seg.offsets[g], seg.offsets[g + 1]
+            run = np.cumsum(np.concatenate(([self.observed[g]], seg.d[lo:hi])))
+            out[lo:hi] = run[1:]
+            self.observed[g] = run[-1]
+        self._watched = (seg, out)
+        return out
 
-    def work_before_idle(self, seg: Segments, util: np.ndarray,
-                         share: np.ndarray) -> np.ndarray:
-        """At a working sample (util >= 5 %) ``share``, the share (%) of the last 5 min
-        the GPU worked; at an idle one, that share as it was at the last working sample
-        (carried across blocks; where util is missing the value is held). NaN before the
-        first working sample that comes :data:`WORK_MIN_HISTORY_S` after the GPU's first
-        sample."""
-        watched = self.watched(seg) >= WORK_MIN_HISTORY_S
+    def work_before_idle(self, seg: Segments, util: np.ndarray, worked: np.ndarray,
+                         read: np.ndarray) -> np.ndarray:
+        """At a working sample (util >= 5 %), the share (%) of the job's time in the last
+        30 min that the GPU worked (:func:`work_window`'s fracs ``worked`` / ``read``, %);
+        at an idle one, that share as it was at the last working sample (carried across
+        blocks; where util is missing the value is held). NaN while the window holds less
+        than :data:`WORK_MIN_HISTORY_S` of the job (its share of the window, times the
+        time observed up to 30 min)."""
+        with np.errstate(invalid="ignore", divide="ignore"):
+            share = np.where(read > 0, 100.0 * worked / read, NAN)
+            job_s = read / 100.0 * np.minimum(self.watched(seg), WORK_WINDOW_S)
         work = util >= WORK_BUSY_PCT
-        share = np.where(watched, share, NAN)
+        share = np.where(job_s >= WORK_MIN_HISTORY_S, share, NAN)
         out = np.full(len(seg.ts), NAN)
         for g in np.flatnonzero(seg.counts):
             lo, hi = seg.offsets[g], seg.offsets[g + 1]

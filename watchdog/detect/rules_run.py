@@ -109,7 +109,8 @@ class RuleRunner:
         for node in learn_windows():
             self._ev.declare(node)
         if any("work_before_idle" in _names(self._cond[r.name]) for r in live):
-            self._ev.declare(work_window())
+            for node in work_window():
+                self._ev.declare(node)
         self.machines = {r.name: Machine(r.for_s, r.keep_firing_for, r.learned)
                          for r in rules}
         # gpu rules whose clear test may be left out of a block that cannot use it

@@ -17,7 +17,12 @@ import numpy as np
 from watchdog import catalogue, reasons
 from watchdog.detect import fallbacks as fb
 from watchdog.detect.layout import Segments
-from watchdog.detect.learned import PowerLevels, learn_windows, work_window
+from watchdog.detect.learned import (
+    SERVER_MIN_MEMORY_MIB,
+    PowerLevels,
+    learn_windows,
+    work_window,
+)
 from watchdog.detect.signal_names import FLAG_SIGNALS, SIGNALS
 from watchdog.records import DeviceInfo
 
@@ -263,12 +268,14 @@ class Block(Segments):
             (fb.BUSY_LIMIT, limit)])
 
     def _work_before_idle(self) -> np.ndarray:
-        """The share (%) of the 5 min before the GPU last went idle in which it worked
+        """The share (%) of the 30 min before the GPU last went idle in which it worked
         (:meth:`~watchdog.detect.learned.PowerLevels.work_before_idle`)."""
         util = self.metric("utilization.gpu")
         if self.evaluator is not None:
-            share = self.evaluator.sample(work_window(), self)
-        else:  # a bare block (tests): the window of its own
-            share = self.levels.work_mean.update_block(
-                self, np.where(np.isnan(util), NAN, (util >= 5.0).astype(float)))
-        return self.levels.work_before_idle(self, util, share)
+            worked, read = (self.evaluator.sample(w, self) for w in work_window())
+        else:  # a bare block (tests): the windows of its own
+            lv = self.levels
+            held = self.metric("memory.used") >= SERVER_MIN_MEMORY_MIB
+            worked = lv.work_mean.update_block(self, ((util >= 5.0) & held).astype(float))
+            read = lv.read_mean.update_block(self, (~np.isnan(util) & held).astype(float))
+        return self.levels.work_before_idle(self, util, worked, read)

@@ -21,7 +21,8 @@ writes (documented per function, with the real reports each level comes from):
   H100: 123-132 W against 74 W idle, ``real-gpu/h100-spin-hang``), clocks held, memory
   held, no memory traffic, temperature cooling towards idle;
 * :func:`stall`: every busy GPU at 0 % with memory held at 1.5x idle power (the real
-  H100's checkpoint pauses: 127-130 W);
+  H100's checkpoint pauses: 127-130 W), after the job's own work went on long enough
+  for a stall to be judged where the log is shorter than that;
 * :func:`thermal`: one GPU's temperature climbs to its slowdown point in 90 s, then holds
   there while its power falls 30 % and its clocks 25 % (the SW thermal bit set where the
   log has reason bits): "throttle to hold 84 C; the watts visibly drop";
@@ -130,9 +131,17 @@ def hang(log: RawLog, onset: float, duration: float = 480.0, *,
 
 def stall(log: RawLog, onset: float, duration: float = 600.0, *,
           idle_w: dict[int, float] | float | None = None,
-          gpus: list[int] | None = None) -> Label:
-    """A stall (host-side hang, dead dataloader): as :func:`hang` with 0 % utilization."""
-    return _job_fault(log, "stall", onset, duration, 0.0, idle_w, gpus)
+          gpus: list[int] | None = None, lead_s: float = 0.0) -> Label:
+    """A stall (host-side hang, dead dataloader): as :func:`hang` with 0 % utilization.
+    ``lead_s`` > 0: the job first goes on working for that long (the minute before
+    ``onset`` repeated, as for any fault's stretch), so the stall strikes after steady
+    work even in a log shorter than the history a stall is judged on (10 min)."""
+    if lead_s <= 0:
+        return _job_fault(log, "stall", onset, duration, 0.0, idle_w, gpus)
+    gpus = gpus if gpus is not None else log.busy_gpus(onset)
+    lead = log.insert(onset, lead_s)
+    lab = _job_fault(log, "stall", onset + lead, duration, 0.0, idle_w, gpus)
+    return Label(lab.kind, lab.gpus, lab.onset, lab.end, onset, lead + lab.inserted_s)
 
 
 def thermal(log: RawLog, onset: float, slowdown_c: float, gpu: int | None = None,

@@ -49,6 +49,10 @@ RULE_OF = {"comm_hang": "comm_hang", "stall": "stall", "thermal_throttle": "ther
 DEADLINE_S = {"thermal_throttle": 60.0, "memory_pressure": 1800.0}
 HANG_SLACK_S = 60.0  # after the hang rule's own `for` (its promise)
 STALL_SLACK_S = 60.0
+# the job's own work repeated before an injected stall (s): a stall is judged after 10 min
+# of observed history (detect.learned.WORK_MIN_HISTORY_S), which the short logs lack
+STALL_LEAD_S = 660.0
+STALL_LEAD_UTIL = 95.0  # ... of a minute the job worked throughout (mean util %), repeated
 
 
 @dataclass(frozen=True)
@@ -165,14 +169,22 @@ def _inject(raw: inject.RawLog, log: LogCase, kind: str) -> inject.Label:
     if kind in ("comm_hang", "stall", "server_gap"):
         onset = raw.end - 5.0 if kind == "server_gap" else raw.busy_time(
             log.after_s, log.busy_util, log.busy_span)
+        if kind == "stall":  # it strikes after steady work: its lead repeats a minute of it
+            try:
+                onset = raw.busy_time(log.after_s, STALL_LEAD_UTIL, log.busy_span)
+            except ValueError:  # no such minute (a lightly loaded job): the log's own busy
+                pass
         fn = inject.hang if kind == "comm_hang" else inject.stall
         if kind == "server_gap":  # 20 minutes idle after the last burst, memory held
             lab = inject.stall(raw, onset, duration=1200.0, idle_w=log.idle_w or 60.0,
                                gpus=raw.gpus())
             return inject.Label("server_gap", lab.gpus, lab.onset, lab.end,
                                 lab.inserted_at, lab.inserted_s)
-        return fn(raw, onset, idle_w=log.idle_w,
-                  gpus=raw.busy_gpus(onset, log.busy_util, log.busy_span))
+        gpus = raw.busy_gpus(onset, log.busy_util, log.busy_span)
+        if kind == "stall":  # judged after 10 min of steady work: the job works that long
+            return inject.stall(raw, onset, idle_w=log.idle_w, gpus=gpus,
+                                lead_s=STALL_LEAD_S)
+        return fn(raw, onset, idle_w=log.idle_w, gpus=gpus)
     if kind == "thermal_throttle":
         assert log.slowdown_c is not None
         onset = raw.busy_time(log.thermal_after_s or log.after_s, log.busy_util,
