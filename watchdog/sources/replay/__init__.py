@@ -68,7 +68,7 @@ def open_log(path: str | os.PathLike[str], *, mapping: dict[str, str] | None = N
     if p != STDIN and os.path.isdir(p):
         p = _one_run(p)
     blob = _pending.pop(p, None) or _open(p)
-    kind = _kind(p, blob)
+    kind = "wandb" if p.endswith(".wandb") else _kind(p, blob)  # by name: one clear line
     if tz is not None:
         check_tz(tz)
     if kind in ("wandb", "wandb-table"):
