@@ -32,6 +32,8 @@ WINDOW_S = 300.0
 
 _ANSI = re.compile(r"\x1b\[[0-9;?]*[ -/]*[@-~]|\x1b\][^\x07\x1b]*(?:\x07|\x1b\\)|\x1b.")
 _RANK = re.compile(r"^\[(?:rank|RANK)\s*\d+\]:?\s*")
+#: What no terminal shows as text: C0 and C1 controls, zero-width and bidi controls.
+_CONTROL = re.compile("[\x00-\x1f\x7f-\x9f\u200b-\u200f\u2028-\u202e\u2066-\u2069\ufeff]")
 ERROR = re.compile(
     r"Traceback|Error\b|Error:|Exception\b|out of memory|OutOfMemory|\bOOM\b|Killed|"
     r"Segmentation fault|core dumped|NCCL (?:WARN|ERROR)|Watchdog caught|timed out|"
@@ -62,8 +64,7 @@ def clean(raw: str) -> str:
     """A console line as a person reads it: what a carriage return left visible, colour
     and cursor codes removed, other control characters dropped, cut to MAX_CHARS."""
     s = raw.rsplit("\r", 1)[-1] if "\r" in raw.rstrip("\r") else raw.rstrip("\r")
-    s = _ANSI.sub("", s)
-    s = "".join(ch if ch.isprintable() else " " for ch in s).strip()
+    s = _CONTROL.sub(" ", _ANSI.sub("", s)).strip()
     return s[:MAX_CHARS - 1] + "…" if len(s) > MAX_CHARS else s
 
 
@@ -89,8 +90,8 @@ class Keeper:
             if not raw.strip():
                 continue
             self.seen += 1
-            if ts is None:
-                continue
+            if ts is None or not (ERROR.search(raw) or CHECKPOINT.search(raw)):
+                continue  # (most lines: progress bars; the words survive cleaning)
             text = clean(raw)
             what = classify(text) if text else None
             if what is None:

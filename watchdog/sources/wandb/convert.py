@@ -74,10 +74,17 @@ KNOWN = frozenset(DIRECT) | DERIVED
 def parse_key(key: str) -> tuple[int, str] | None:
     """``(gpu index, key)`` of a ``gpu.<i>.<key>[/l:<label>]`` name (optionally prefixed
     ``system.``, as W&B's API exports it), or None for every other key."""
-    m = KEY.match(key)
-    if m is None:
-        return None
-    return int(m.group(1)), m.group(2)
+    got = _PARSED.get(key, _UNSEEN)
+    if got is _UNSEEN:
+        m = KEY.match(key)
+        got = None if m is None else (int(m.group(1)), m.group(2))
+        if len(_PARSED) < 100_000:  # a run's keys repeat every record; a forged file's
+            _PARSED[key] = got      # endless new keys are parsed, not remembered
+    return got  # type: ignore[return-value]
+
+
+_UNSEEN = object()
+_PARSED: dict[str, object] = {}
 
 
 @dataclass

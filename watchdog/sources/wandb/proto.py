@@ -103,23 +103,63 @@ def timestamp(b: bytes) -> float | None:
 
 def stats(b: bytes) -> tuple[float | None, list[tuple[bytes, bytes]]]:
     """``(timestamp, [(key, value_json)...])`` of a ``StatsRecord``; more than
-    :data:`MAX_ITEMS` items is a :class:`ProtoError`."""
+    :data:`MAX_ITEMS` items is a :class:`ProtoError`.
+
+    Items are read on a fast path for the layout W&B writes (``key`` then ``value_json``,
+    each shorter than 128 bytes); any other layout goes through :func:`fields`."""
     ts = None
     items: list[tuple[bytes, bytes]] = []
-    for num, v in fields(b):
-        if num == 3 and isinstance(v, bytes):
-            key = value = b""
+    append = items.append
+    i, n = 0, len(b)
+    while i < n:
+        if b[i] == 0x1A and i + 1 < n and b[i + 1] < 0x80:  # item (3), length < 128
+            end = i + 2 + b[i + 1]
+            j = i + 2
+            if (end <= n and j + 1 < end and b[j] == 0x0A and b[j + 1] < 0x80
+                    and j + 2 + b[j + 1] + 3 <= end):
+                k_end = j + 2 + b[j + 1]
+                if (b[k_end] == 0x82 and b[k_end + 1] == 0x01 and b[k_end + 2] < 0x80
+                        and k_end + 3 + b[k_end + 2] == end):
+                    append((b[j + 2:k_end], b[k_end + 3:end]))
+                    i = end
+                    if len(items) > MAX_ITEMS:
+                        raise ProtoError(f"a stats record with more than {MAX_ITEMS} items")
+                    continue
+        key, i = _varint(b, i)  # any other field or layout: the general way
+        num, wire = key >> 3, key & 7
+        if wire != 2:
+            i = _skip(b, i, wire)
+            continue
+        length, i = _varint(b, i)
+        if length > n - i:
+            raise ProtoError("length-delimited field runs past the end")
+        v = b[i:i + length]
+        i += length
+        if num == 3:
+            k = val = b""
             for n2, v2 in fields(v):
                 if n2 == 1 and isinstance(v2, bytes):
-                    key = v2
+                    k = v2
                 elif n2 == 16 and isinstance(v2, bytes):
-                    value = v2
-            items.append((key, value))
+                    val = v2
+            append((k, val))
             if len(items) > MAX_ITEMS:
                 raise ProtoError(f"a stats record with more than {MAX_ITEMS} items")
-        elif num == 2 and isinstance(v, bytes):
+        elif num == 2:
             ts = timestamp(v)
     return ts, items
+
+
+def _skip(b: bytes, i: int, wire: int) -> int:
+    """Past a field of wire type 0, 1 or 5 starting at ``i`` (its value)."""
+    if wire == 0:
+        return _varint(b, i)[1]
+    size = {1: 8, 5: 4}.get(wire)
+    if size is None:
+        raise ProtoError(f"wire type {wire}")
+    if i + size > len(b):
+        raise ProtoError("fixed field runs past the end")
+    return i + size
 
 
 def output(b: bytes) -> tuple[int, float | None, bytes]:
