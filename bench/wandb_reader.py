@@ -1,6 +1,6 @@
 """The W&B run-file reader against W&B's own, on the real runs in ``../shared/real-wandb``.
 
-Measures, in one session: the time to read every GPU value of every run file (the
+Measures, in one run: the time to read every GPU value of every run file (the
 framing and the stats records) with the product's reader and, given a Python that has
 W&B 0.18 or older installed (``--wandb-python``; W&B 0.19 and newer read run files only
 in their compiled core and have no Python reader), with W&B's ``DataStore`` and protobuf
