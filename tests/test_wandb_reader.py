@@ -4,6 +4,7 @@ framing, the protobuf fields, key mapping, bounds on hostile input, console line
 from __future__ import annotations
 
 import math
+import os
 import struct
 
 import numpy as np
@@ -58,6 +59,10 @@ def test_a_file_cut_mid_record_keeps_what_came_before(tmp_path):
     data = frame(recs)
     f = _file(tmp_path, None, data=data[:-20])  # a crashed run: the last record cut
     rec = read_run(f)
+    assert len(rec.frame) == 499
+    assert any("ends inside a record" in w for w in rec.warnings)
+    in_header = data[:len(data) - len(recs[-1]) - 3]  # cut 4 bytes into its header
+    rec = read_run(_file(tmp_path / "h", None, data=in_header))
     assert len(rec.frame) == 499
     assert any("ends inside a record" in w for w in rec.warnings)
 
@@ -234,6 +239,9 @@ def test_discovery_of_runs_in_folders(tmp_path):
     b = write_run(tmp_path / "wandb", "bbb222")
     (tmp_path / "wandb" / "latest-run").symlink_to(b.parent)  # W&B's own link
     assert runs_in(str(tmp_path)) == [str(a), str(b)]
+    (tmp_path / "wandb" / "copy.wandb").symlink_to(a)  # the same file by another name
+    got = runs_in(str(tmp_path))
+    assert len(got) == 2 and {os.path.realpath(p) for p in got} == {str(a), str(b)}
     assert runs_in(str(b.parent)) == [str(b)]
     (tmp_path / "empty").mkdir()
     with pytest.raises(InputError, match="no W&B run file"):
