@@ -39,7 +39,7 @@ def runs_in(path: str) -> list[str]:
                 continue
             full = os.path.join(root, name)
             real = os.path.realpath(full)
-            if not os.path.isfile(full):
+            if real in seen or not os.path.isfile(full):
                 continue
             seen.add(real)
             found.append(full)
