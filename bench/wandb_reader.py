@@ -2,8 +2,8 @@
 
 Measures, in one run: the time to read every GPU value of every run file (the
 framing and the stats records) with the product's reader and, given a Python that has
-W&B 0.18 or older installed (``--wandb-python``; W&B 0.19 and newer read run files only
-in their compiled core and have no Python reader), with W&B's ``DataStore`` and protobuf
+a W&B with a Python reader installed (``--wandb-python``: 0.18.7 has one; 0.31.0 reads
+run files only in its compiled core), with W&B's ``DataStore`` and protobuf
 classes; each reader's import cost; the product's whole ``read_run`` (console lines and
 the replay frame too). It checks that both readers give the same values, item for item,
 and prints the figures ``docs/wandb.md`` quotes.
@@ -100,7 +100,7 @@ def ours(files: list[str], repeat: int) -> tuple[dict[str, float], dict[str, lis
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--wandb-python", help="a Python with wandb<=0.18 installed")
+    ap.add_argument("--wandb-python", help="a Python with wandb 0.18.7 installed")
     ap.add_argument("--repeat", type=int, default=3)
     a = ap.parse_args(argv)
     files = sorted(str(p) for p in REAL.glob("*/**/run-*.wandb"))
