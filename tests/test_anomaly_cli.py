@@ -62,10 +62,18 @@ def test_model_for_other_gpus_and_bad_values_are_one_line_errors(model_file: Pat
 def test_model_auto_fits_on_the_first_part_or_says_why_not() -> None:
     r = wd("replay", "sim:healthy", "--duration", "10m", "--model", "auto", "--json")
     assert r.returncode == 0
-    assert "--model auto: the first 40 %" in r.stderr and "without the model" in r.stderr
+    assert "--model auto: GPU 0-7: declined: under 10 busy minutes in " in r.stderr
+    assert "without the model" in r.stderr
+    doc = json.loads(r.stdout)
+    assert [d["decision"] for d in doc["model"]] == ["declined"] * 8
     r = wd("replay", "sim:hbm_sag@80m", "--duration", "100m", "--gpus", "4",
            "--model", "auto", "--json")
-    assert r.returncode == 0 and r.stderr == ""
+    assert r.returncode == 0
+    assert r.stderr.startswith("watchdog: sim:hbm_sag@80m: --model auto: GPU 0-3: fitted on ")
+    assert len(r.stderr.splitlines()) == 1, r.stderr
+    said = json.loads(r.stdout)["model"]
+    assert {d["decision"] for d in said} == {"fitted"} and len(said) == 4
+    assert all(d["busy_min"] >= 10 and d["fit_until"] for d in said)
     incs = json.loads(r.stdout)["incidents"]
     # the injected GPU, explained by its memory clock (a checkpoint kind the first 40 min
     # never held can also page before the onset: the reason the daemon baselines an hour)

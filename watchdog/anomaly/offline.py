@@ -9,6 +9,7 @@ runs without a model.
 from __future__ import annotations
 
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -21,6 +22,71 @@ from watchdog.sources import is_sim
 
 AUTO_FRACTION = 0.4
 AUTO_BUSY_MIN = 10.0
+
+
+@dataclass(frozen=True)
+class Decision:
+    """What the model did with one GPU of one replayed log.
+
+    ``decision``: ``fitted`` (``--model auto`` fitted on it), ``declined`` (it did not:
+    the log is replayed without the model) or ``model file`` (a trained model scored it);
+    ``reason``: the words a person reads, the same for every GPU the decision shares
+    (``fitted on 13:00-14:22 UTC, the first 40 % of the log``, ``declined: …``);
+    ``busy_min``: the GPU's busy minutes in the part a fit would use (None for a model
+    file); ``fit_from``/``fit_until``: that part (POSIX s; None for a model file)."""
+
+    gpu: str
+    uuid: str
+    decision: str
+    reason: str
+    busy_min: float | None = None
+    fit_from: float | None = None
+    fit_until: float | None = None
+
+    def to_json(self) -> dict[str, Any]:
+        from watchdog.incident import iso
+
+        return {"gpu": self.gpu, "uuid": self.uuid, "decision": self.decision,
+                "reason": self.reason,
+                "busy_min": None if self.busy_min is None else round(self.busy_min, 1),
+                "fit_from": iso(self.fit_from), "fit_until": iso(self.fit_until)}
+
+
+def decision_lines(path: str, decisions: list[Decision], spec: str = "auto") -> list[str]:
+    """The decisions of one log for stderr: one line per reason, naming its GPUs and
+    their busy minutes (``run-x.wandb: --model auto: GPU 0-3: fitted on …``)."""
+    from watchdog.incident import gpu_list
+
+    groups: dict[str, list[Decision]] = {}
+    for d in decisions:
+        groups.setdefault(d.reason, []).append(d)
+    out = []
+    for reason, ds in groups.items():
+        busy = [d.busy_min for d in ds if d.busy_min is not None]
+        mins = ""
+        if busy:
+            lo, hi = min(busy), max(busy)
+            mins = f" ({lo:.0f} busy minutes)" if round(lo) == round(hi) else \
+                f" ({lo:.0f}-{hi:.0f} busy minutes)"
+        gpus = gpu_list([d.gpu for d in ds])
+        out.append(f"{path}: --model {spec}: GPU {gpus}: {reason}{mins}")
+    return out
+
+
+def _shown(path: str) -> str:
+    """A log as the notes name it: its file name (the coverage lines do the same)."""
+    from pathlib import Path
+
+    return path if is_sim(path) else Path(path).name
+
+
+def _span(t0: float, t1: float) -> str:
+    from datetime import UTC, datetime
+
+    a = datetime.fromtimestamp(t0, tz=UTC)
+    b = datetime.fromtimestamp(t1, tz=UTC)
+    fmt = "%H:%M" if a.date() == b.date() else "%Y-%m-%d %H:%M"
+    return f"{a:{fmt}}-{b:{fmt}} UTC"
 
 
 def gpu_model_of(frame: Any, sim_key: str | None = None) -> str:
@@ -59,9 +125,10 @@ def fit_grid(grid: F.Grid, incidents: list[Incident], gpu_model: str, *,
 
 def apply(results: list[Any], spec: str, sim_key: str | None,
           note: Callable[[str], None]) -> None:
-    """Add anomaly incidents to each replayed result (``spec``: a model file or auto).
-    ``note(line)``: what a person should know (the model declined, a coarse fit); the
-    command prints it."""
+    """Add anomaly incidents to each replayed result (``spec``: a model file or auto) and
+    what the model did with each of its GPUs (``result.model``: :class:`Decision`).
+    ``note(line)``: what a person should know (the decisions, a coarse fit); the command
+    prints it."""
     from watchdog.anomaly import persist
 
     for r in results:
@@ -71,19 +138,25 @@ def apply(results: list[Any], spec: str, sim_key: str | None,
         grid = F.grid_from_frame(frame)
         feats = F.compute(grid)
         gm = gpu_model_of(frame, sim_key if is_sim(r.path) else None)
+        gpus = [(str(i), u) for i, u in zip(grid.index, grid.uuids, strict=True)]
         start = None
         if spec == "auto":
             cut = grid.t[0] + AUTO_FRACTION * (grid.t[-1] - grid.t[0])
             busy = train.busy_minutes(feats[grid.t < cut], grid.step)
+            span = f"{_span(float(grid.t[0]), float(cut))}, the first 40 % of the log"
+            model, why = None, None
             if len(busy) == 0 or busy.min() < AUTO_BUSY_MIN:
-                note(f"{r.path}: --model auto: the first 40 % holds "
-                     f"{busy.min() if len(busy) else 0:.0f} busy minutes on its least busy "
-                     f"GPU, {AUTO_BUSY_MIN:.0f} needed; replaying without the model")
-                continue
-            try:
-                model, _ = fit_grid(grid, r.incidents, gm, until=cut, feats=feats)
-            except train.NotEnoughData as e:
-                note(f"{r.path}: --model auto: {e}; replaying without the model")
+                why = None
+            else:
+                try:
+                    model, _ = fit_grid(grid, r.incidents, gm, until=cut, feats=feats)
+                except train.NotEnoughData as e:
+                    why = f"declined: {e}"
+            r.model = [_auto_decision(g, u, float(b), model, why, span, grid.t[0], cut)
+                       for (g, u), b in zip(gpus, busy, strict=True)]
+            for line in decision_lines(_shown(r.path), r.model):
+                note(line)
+            if model is None:
                 continue
             start = cut
             if train.coarse(model):
@@ -93,9 +166,25 @@ def apply(results: list[Any], spec: str, sim_key: str | None,
             if abs(model.step - grid.step) > 1e-6:
                 raise InputError(f"{spec}: trained on a {model.step:g} s grid, {r.path} is "
                                  f"sampled every {grid.step:g} s")
+            r.model = [Decision(g, u, "model file", f"scored with the model file {spec} "
+                                f"(trained on {model.gpu_model})") for g, u in gpus]
         found = judge_recording(model, grid, r.host, r.engaged, start=start, feats=feats,
                                 rules=r.incidents)
         r.incidents = sorted([*r.incidents, *found], key=lambda i: i.started_at)
+
+
+def _auto_decision(gpu: str, uuid: str, busy: float, model: Any, why: str | None,
+                   span: str, t0: float, cut: float) -> Decision:
+    """One GPU's ``--model auto`` decision (``why``: a decline of the whole log)."""
+    if model is not None:
+        return Decision(gpu, uuid, "fitted", f"fitted on {span}", busy, t0, cut)
+    if why is None:  # a GPU (this one or another) was too idle in the part to fit on
+        why = (f"declined: under {AUTO_BUSY_MIN:.0f} busy minutes in {span}"
+               if busy < AUTO_BUSY_MIN else
+               f"declined: another GPU of the log has under {AUTO_BUSY_MIN:.0f} busy "
+               f"minutes in {span} (the model is fitted on a log's GPUs together)")
+    return Decision(gpu, uuid, "declined", f"{why}; replayed without the model", busy,
+                    t0, cut)
 
 
 class _Upto:

@@ -124,7 +124,11 @@ def replay(args: argparse.Namespace) -> tuple[list[Any], Any]:
         gpus=args.gpus, gpu_model=args.gpu_model, seed=args.seed)
     rules = load_rules(args.rules or None)
     feedback = Terminal(should_show(args.json))
-    results = replay_inputs(args.paths, rules, opts, feedback)
+    skipped: list[tuple[str, str]] = []
+    results = replay_inputs(args.paths, rules, opts, feedback, skipped=skipped)
+    if skipped and not results:  # nothing could be read: the first reason, exit 2
+        raise InputError(skipped[0][1])
+    args.skipped = skipped
     if args.model is not None:
         from watchdog.anomaly.offline import apply
 
@@ -206,19 +210,80 @@ def coverage_lines(path: str, notes: list[Any]) -> list[str]:
     return out
 
 
+def incident_json(r: Any, inc: Any) -> dict[str, Any]:
+    """One incident of the JSON document: :meth:`Incident.to_json`, and for an input that
+    records the job's console (a W&B run) ``console``: the lines near it."""
+    doc = inc.to_json()
+    if r.console is not None:
+        doc["console"] = [ln.to_json() for ln in r.console_near(inc)]
+    return doc
+
+
+def console_lines(results: list[Any]) -> str:
+    """For the table: each incident's nearby console lines, under the incident's name."""
+    from datetime import UTC, datetime
+
+    from watchdog.incident import gpu_list
+
+    out = []
+    for r in results:
+        for inc in r.incidents:
+            near = r.console_near(inc)
+            if not near:
+                continue
+            out.append(f"  {inc.kind} GPU {gpu_list(inc.gpus)} ({r.host}, from "
+                       f"{datetime.fromtimestamp(inc.started_at, tz=UTC):%H:%M:%S}):")
+            out += [f"    {datetime.fromtimestamp(ln.ts, tz=UTC):%H:%M:%S}  {ln.text}"
+                    for ln in near]
+    return "\n".join(out)
+
+
+def plot_notes(r: Any) -> list[tuple[float, str]]:
+    """The console lines near any incident of ``r``, for the timeline (time, text)."""
+    seen: dict[tuple[float, str], None] = {}
+    for inc in r.incidents:
+        for ln in r.console_near(inc):
+            seen[(ln.ts, ln.text)] = None
+    return sorted(seen)
+
+
+def summary_line(results: list[Any], skipped: list[tuple[str, str]]) -> str:
+    """The last line of a replay of several inputs: inputs, incidents by severity."""
+    from collections import Counter
+
+    sev = Counter(inc.severity for r in results for inc in r.incidents)
+    n = sum(sev.values())
+    hit = sum(1 for r in results if r.incidents)
+    parts = ", ".join(f"{sev[s]} {s}" for s in reversed(SEVERITIES) if sev[s])
+    line = (f"{len(results)} inputs replayed: {n} incident{'' if n == 1 else 's'}"
+            f"{f' ({parts})' if parts else ''} in {hit} of them")
+    if skipped:
+        line += f"; {len(skipped)} skipped (unreadable, said above)"
+    return line
+
+
 def run(args: argparse.Namespace) -> int:
     """Entry point of ``watchdog replay``."""
     results, rules = replay(args)
     incidents = [inc for r in results for inc in r.incidents]
+    skipped = getattr(args, "skipped", [])
+    for _path, why in skipped:
+        print(f"watchdog: error: {why} (skipped)", file=sys.stderr)
     for r in results:  # once per log
         for line in coverage_lines(r.path, r.notes):
             print(line, file=sys.stderr)
     if args.json:
-        doc = {"incidents": [inc.to_json() for inc in incidents],
-               "sources": [r.source_json() for r in results],
-               "rules": rule_count(rules),
-               "coverage": [{"path": r.path, **n.to_json()} for r in results
-                            for n in r.notes]}
+        doc: dict[str, Any] = {
+            "incidents": [incident_json(r, inc) for r in results for inc in r.incidents],
+            "sources": [r.source_json() for r in results],
+            "rules": rule_count(rules),
+            "coverage": [{"path": r.path, **n.to_json()} for r in results
+                         for n in r.notes]}
+        if args.model is not None:
+            doc["model"] = [{"path": r.path, "host": r.host, **d.to_json()}
+                            for r in results for d in r.model]
+        if skipped:
+            doc["skipped"] = [{"path": p, "error": why} for p, why in skipped]
         sys.stdout.write(json.dumps(doc) + "\n")
     else:
         from watchdog.report.table import format_table, gpu_legend
@@ -226,12 +291,19 @@ def run(args: argparse.Namespace) -> int:
         for r in results:
             s = r.source_json()
             gpus = f"{s['gpus']} GPU{'' if s['gpus'] == 1 else 's'}"
+            job = "" if r.console is None else \
+                f", exit code {'unknown' if r.exit_code is None else r.exit_code}"
             print(f"{r.path}: host {s['host']}, {gpus}, {s['samples']} samples, "
-                  f"{s['start']} .. {s['end']}")
+                  f"{s['start']} .. {s['end']}{job}")
         print(format_table(incidents))
+        said = console_lines(results)
+        if said:
+            print("The job's console near its incidents (UTC):\n" + said)
         legend = gpu_legend(incidents)
         if legend:
             print("GPU identities:\n" + legend)
+        if len(results) + len(skipped) > 1:
+            print(summary_line(results, skipped))
     if args.plot:
         from watchdog.report.plot import plot_timeline
         from watchdog.sources import is_sim
@@ -242,8 +314,11 @@ def run(args: argparse.Namespace) -> int:
                 continue
             name = Path(r.path).name if not is_sim(r.path) else r.path
             title = name if r.host == Path(r.path).stem else f"{r.host}: {name}"
-            plot_timeline(r.frame, r.incidents, target, title=title)
+            plot_timeline(r.frame, r.incidents, target, title=title,
+                          notes=plot_notes(r))
             print(f"watchdog: timeline written to {target}", file=sys.stderr)
+    if skipped:
+        return 2  # bad input, though the rest was replayed
     if args.fail_on is not None:
         floor = SEVERITIES.index(args.fail_on)
         if any(SEVERITIES.index(inc.severity) >= floor for inc in incidents):

@@ -57,6 +57,12 @@ class Replayed:
     # what the log let each rule judge (watchdog.detect.coverage.Note): rules that could
     # not run on it and why, rules that ran on a fallback; said once per log
     notes: list[Any] = field(default_factory=list)
+    # what the job itself said, when the input records it (a W&B run): notable console
+    # lines (watchdog.sources.wandb.console.ConsoleLine) and the exit code
+    console: list[Any] | None = None
+    exit_code: int | None = None
+    # the anomaly model's decision per GPU (watchdog.anomaly.offline.Decision), when asked
+    model: list[Any] = field(default_factory=list)
 
     @functools.cached_property
     def frame(self) -> Any:
@@ -69,8 +75,9 @@ class Replayed:
 
     def source_json(self) -> dict[str, Any]:
         """The ``sources`` entry of the JSON document."""
+        job = {} if self.console is None else {"exit_code": self.exit_code}
         if self.stats is not None:
-            return {"path": self.path, "host": self.host, **self.stats}
+            return {"path": self.path, "host": self.host, **self.stats, **job}
         full = [f for f in self.frames if len(f)]
         return {
             "path": self.path,
@@ -79,7 +86,21 @@ class Replayed:
             "samples": sum(len(f) for f in full),
             "start": iso(float(full[0]["ts"].iloc[0])) if full else None,
             "end": iso(float(full[-1]["ts"].iloc[-1])) if full else None,
+            **job,
         }
+
+    def console_near(self, inc: Incident) -> list[Any]:
+        """The job's console lines worth showing next to ``inc`` (empty when the input
+        records no console): see :func:`watchdog.sources.wandb.console.nearby`."""
+        if not self.console:
+            return []
+        from watchdog.sources.wandb.console import nearby
+
+        end = inc.resolved_at
+        if end is None:  # active at the end: up to the end of the recording
+            end = float(self.frames[-1]["ts"].iloc[-1]) if len(self.frames[-1]) else \
+                inc.started_at
+        return nearby(self.console, inc.started_at, end)
 
 
 def gpu_count(frame: Any) -> int:
@@ -296,31 +317,66 @@ def open_input(path: str, opts: ReplayOptions, in_parts: bool = True) -> Any:
                                              tz=opts.tz))
 
 
+def expand(paths: Sequence[str]) -> list[str]:
+    """The inputs ``paths`` name: a folder stands for every W&B run below it
+    (:func:`watchdog.sources.wandb.runs_in`), anything else for itself."""
+    import os
+
+    out: list[str] = []
+    for p in paths:
+        if not is_sim(p) and p != "-" and os.path.isdir(p):
+            from watchdog.sources.wandb import runs_in
+
+            out += runs_in(p)
+        else:
+            out.append(p)
+    return out
+
+
 def replay_inputs(paths: Sequence[str], rules: Any, opts: ReplayOptions,
-                  feedback: Feedback | None = None) -> list[Replayed]:
-    """Replay every path, one after another, each with a fresh detector."""
+                  feedback: Feedback | None = None,
+                  skipped: list[tuple[str, str]] | None = None) -> list[Replayed]:
+    """Replay every path, one after another, each with a fresh detector; a folder
+    stands for the W&B runs in it (:func:`expand`). With ``skipped``, an input that
+    cannot be read is noted there (path, the reason) and the others are replayed;
+    without, its :class:`InputError` ends the replay."""
+    from watchdog.errors import InputError
+
     fb = feedback or Quiet()
     out: list[Replayed] = []
-    for path in paths:
-        if is_sim(path):
-            out.append(_replay_sim(path, opts, rules, fb))
-            continue
-        got, tried = _in_parts(path, opts, rules, fb)
-        if got is not None:  # a large log, parsed on workers while the detector runs
-            out.append(got)
-            continue
-        rec = open_input(path, opts, in_parts=not tried)
-        for line in getattr(rec, "warnings", ()) or ():
-            fb.warn(line)
-        host = opts.host or rec.host
-        with fb.progress(len(rec.frame), Path(path).name) as bar:
-            det = detector_over(rec, rules, host=host, block_rows=opts.block_rows,
-                                progress=bar)
-        out.append(Replayed(path, host, [rec.frame], list(det.incidents),
-                            engaged=det.engaged,
-                            notes=judged(rules, [rec.frame], rec.metrics, rec.devices(),
-                                         det, bool(getattr(rec, "xids", None)))))
+    todo = expand(paths)
+    for k, path in enumerate(todo):
+        try:
+            out.append(_replay_one(path, opts, rules, fb,
+                                   f"[{k + 1}/{len(todo)}] " if len(todo) > 1 else ""))
+        except InputError as e:
+            if skipped is None:
+                raise
+            skipped.append((path, str(e)))
     return out
+
+
+def _replay_one(path: str, opts: ReplayOptions, rules: Any, fb: Feedback,
+                prefix: str) -> Replayed:
+    """One input through a fresh detector (``prefix``: its place among several, for the
+    progress bar)."""
+    if is_sim(path):
+        return _replay_sim(path, opts, rules, fb)
+    got, tried = _in_parts(path, opts, rules, fb)
+    if got is not None:  # a large log, parsed on workers while the detector runs
+        return got
+    rec = open_input(path, opts, in_parts=not tried)
+    for line in getattr(rec, "warnings", ()) or ():
+        fb.warn(line)
+    host = opts.host or rec.host
+    with fb.progress(len(rec.frame), prefix + Path(path).name) as bar:
+        det = detector_over(rec, rules, host=host, block_rows=opts.block_rows,
+                            progress=bar)
+    return Replayed(path, host, [rec.frame], list(det.incidents), engaged=det.engaged,
+                    notes=judged(rules, [rec.frame], rec.metrics, rec.devices(), det,
+                                 bool(getattr(rec, "xids", None))),
+                    console=getattr(rec, "console", None),
+                    exit_code=getattr(rec, "exit_code", None))
 
 
 def _in_parts(path: str, opts: ReplayOptions, rules: Any,

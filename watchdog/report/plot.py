@@ -8,6 +8,8 @@ dropping together, a straggler is one line apart from seven.
 Each incident is shaded across all panels: lighter from ``started_at`` to ``fired_at``
 (the condition held but the rule's ``for:`` had not passed), darker from ``fired_at`` to
 ``resolved_at`` (or the end of the recording), and labelled with its kind and GPUs.
+The job's own console lines near an incident (``notes``: a W&B run's checkpoint, error
+or exit) are drawn as dotted lines across the panels and listed under them, numbered.
 Long recordings are reduced to at most ``max_points`` per GPU by bucket means so a
 one-million-row log plots in about a second; time axis in UTC.
 """
@@ -58,6 +60,7 @@ class PlotInfo:
     points: int = 0  # most points drawn on one line (after reduction)
     spans: list[tuple[str, float, float, str]] = field(default_factory=list)
     labels: list[str] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)  # console lines listed under the plot
 
 
 def _reduce(g: Any, max_points: int) -> Any:
@@ -81,9 +84,16 @@ def _series(frame: Any) -> Any:
     return out
 
 
+#: Console lines drawn under a timeline, and the characters kept of each.
+MAX_NOTES, NOTE_CHARS = 12, 110
+
+
 def plot_timeline(frame: Any, incidents: Sequence[Incident], path: str | Path,
-                  title: str = "", max_points: int = 3000) -> PlotInfo:
+                  title: str = "", max_points: int = 3000,
+                  notes: Sequence[tuple[float, str]] = ()) -> PlotInfo:
     """Draw the timeline of ``frame`` (the replay frame contract) to ``path`` (PNG).
+    ``notes``: ``(time, text)`` of the job's console lines to mark (at most
+    :data:`MAX_NOTES`, each cut to :data:`NOTE_CHARS` characters).
 
     Returns what was drawn. Uses the Agg backend: no display is needed. An empty frame
     is an error the caller reports (there is no time axis to draw).
@@ -105,10 +115,13 @@ def plot_timeline(frame: Any, incidents: Sequence[Incident], path: str | Path,
     gpus = sorted(data.groupby("uuid", sort=False)["index"].first().items(),
                   key=lambda kv: (kv[1], kv[0]))
     cmap = plt.get_cmap("tab10" if len(gpus) <= 10 else "tab20")
-    fig, axes = plt.subplots(len(panels), 1, sharex=True, squeeze=False,
-                             figsize=(13, 1.9 * len(panels) + 1.2))
-    axes = axes[:, 0]
     tmin, tmax = float(frame["ts"].min()), float(frame["ts"].max())
+    notes = [n for n in notes if tmin - 3600 <= n[0] <= tmax + 3600][:MAX_NOTES]
+    tmax = max([tmax, *(n[0] for n in notes)])  # a crash's last words come after the data
+    tmin = min([tmin, *(n[0] for n in notes)])
+    fig, axes = plt.subplots(len(panels), 1, sharex=True, squeeze=False,
+                             figsize=(13, 1.9 * len(panels) + 1.2 + 0.17 * len(notes)))
+    axes = axes[:, 0]
 
     def when(ts: Any) -> Any:
         return pd.to_datetime(ts, unit="s", utc=True)
@@ -143,9 +156,13 @@ def plot_timeline(frame: Any, incidents: Sequence[Incident], path: str | Path,
         axes[-1].xaxis.set_major_formatter(mdates.DateFormatter("%H:%M:%S", tz="UTC"))
     axes[-1].set_xlabel(f"time (UTC), {days}", fontsize=9)
     axes[-1].set_xlim(when(tmin), when(tmax))
+    _notes(fig, axes, notes, when, info)
     n = len(incidents)
     fig.suptitle(f"{title}  —  {n} incident{'s' if n != 1 else ''}".strip(" —"), fontsize=11)
-    fig.tight_layout()
+    if notes:  # room for the numbered console lines under the axes
+        fig.tight_layout(rect=(0, 0.17 * len(notes) / fig.get_figheight() + 0.01, 1, 1))
+    else:
+        fig.tight_layout()
     fig.savefig(path, dpi=110)
     plt.close(fig)
     info.panels = [p[0] for p in panels]
@@ -179,3 +196,21 @@ def _shade(axes: Any, incidents: Sequence[Incident], tmin: float, tmax: float,
                      fontsize=7.5, color=colour, fontweight="bold", va="top",
                      bbox={"boxstyle": "round,pad=0.15", "fc": "white", "ec": "none",
                            "alpha": 0.8})
+
+
+def _notes(fig: Any, axes: Any, notes: list[tuple[float, str]], when: Any,
+           info: PlotInfo) -> None:
+    """Mark each console line: a numbered dotted line on every panel, the text below."""
+    from datetime import UTC, datetime
+
+    for k, (ts, text) in enumerate(notes, start=1):
+        for ax in axes:
+            ax.axvline(when(ts), color="#444444", ls=":", lw=0.9)
+        axes[0].annotate(str(k), xy=(when(ts), 1.0), xycoords=("data", "axes fraction"),
+                         xytext=(1, 2), textcoords="offset points", fontsize=7,
+                         color="#444444")
+        short = text if len(text) <= NOTE_CHARS else text[:NOTE_CHARS - 1] + "…"
+        line = f"{k}. {datetime.fromtimestamp(ts, tz=UTC):%H:%M:%S}  {short}"
+        info.notes.append(line)
+        fig.text(0.01, 0.17 * (len(notes) - k + 0.6) / fig.get_figheight(), line,
+                 fontsize=7.5, family="monospace", color="#333333")

@@ -65,10 +65,21 @@ def open_log(path: str | os.PathLike[str], *, mapping: dict[str, str] | None = N
     Every problem with the input raises :class:`InputError` with one line naming the file.
     """
     p = _name(path)
+    if p != STDIN and os.path.isdir(p):
+        p = _one_run(p)
     blob = _pending.pop(p, None) or _open(p)
-    kind = _kind(p, blob)
+    kind = "wandb" if p.endswith(".wandb") else _kind(p, blob)  # by name: one clear line
     if tz is not None:
         check_tz(tz)
+    if kind in ("wandb", "wandb-table"):
+        if mapping:
+            raise InputError(f"{p}: --map does not apply to a W&B run or table")
+        from watchdog.sources import wandb
+
+        if kind == "wandb":
+            return wandb.read_run(p, host=host, data=None if blob.regular else blob.all())
+        blob.check_text()
+        return wandb.read_table(p, blob.all(), host=host)
     if kind == "recording":
         from watchdog.sources.replay import recording
 
@@ -100,6 +111,16 @@ def open_log(path: str | os.PathLike[str], *, mapping: dict[str, str] | None = N
     return smi_csv.read(p, blob, mapping=None, host=host, tz=tz)
 
 
+def _one_run(folder: str) -> str:
+    """The run file of a folder that holds exactly one W&B run (a run folder)."""
+    from watchdog.sources.wandb import runs_in
+
+    runs = runs_in(folder)
+    if len(runs) > 1:
+        raise InputError(f"{folder}: a folder of {len(runs)} W&B runs; name one run")
+    return runs[0]
+
+
 def _name(path: str | os.PathLike[str]) -> str:
     p = os.fspath(path)
     return STDIN if p == "-" else p
@@ -113,9 +134,9 @@ def _open(p: str) -> Blob:
 
 def _kind(path: str, blob: Blob) -> str:
     """The file's format (:func:`.sniff.sniff`), after cutting a text log's NUL tail."""
-    from watchdog.sources.replay.sniff import MAGIC, sniff
+    from watchdog.sources.replay.sniff import MAGIC, WANDB_MAGIC, sniff
 
-    if not blob.head.startswith(MAGIC):
+    if not blob.head.startswith((MAGIC, WANDB_MAGIC)):  # binary: NULs are data
         blob.trim_nul_tail()
     return sniff(path, blob.head)
 

@@ -60,10 +60,10 @@ class Blob:
                 self.mtime = st.st_mtime  # a pipe's: when it was last written
                 self.head = f.read(HEAD)
                 if not self.regular and len(self.head) == HEAD:
-                    from watchdog.sources.replay.sniff import MAGIC
+                    from watchdog.sources.replay.sniff import MAGIC, WANDB_MAGIC
 
                     self._all = self.head + _read_stream(
-                        f, path, binary=self.head.startswith(MAGIC))
+                        f, path, binary=self.head.startswith((MAGIC, WANDB_MAGIC)))
         except FileNotFoundError:
             raise InputError(f"{path}: no such file") from None
         except IsADirectoryError:
@@ -258,7 +258,7 @@ class Blob:
 
 def _read_stream(f: IO[bytes], path: str, binary: bool = False) -> bytes:
     """The rest of a stream (a pipe), at most :data:`MAX_STREAM` bytes in all; a NUL byte
-    refuses it at once unless it is ``binary`` (a recording)."""
+    refuses it at once unless it is ``binary`` (a recording, a W&B run file)."""
     chunks, total = [], HEAD
     while True:
         b = f.read(_STEP)
