@@ -568,7 +568,10 @@ def test_a_silence_added_after_a_clock_step_keeps_its_length(tmp_path: Path) -> 
 
 def test_a_stopped_agents_state_is_read_with_the_plain_clock(tmp_path: Path) -> None:
     """time: without a running agent, silences use this machine's clock"""
+    from watchdog.store import connect
+
     state = tmp_path / "state"
+    connect(state).close()  # a stopped agent's state
     r = watchdog("silence", "add", "--all", "--for", "1h", "--comment", "x", "--state-dir",
                  str(state))
     assert r.returncode == 0, r.stderr

@@ -83,6 +83,8 @@ def _agent_lines(doc: dict[str, Any]) -> list[str]:
     if db.get("mode") == "memory":
         out.append(f"  state: MEMORY ONLY ({db.get('reason')}); written to disk as soon as "
                    "it can be")
+    if doc.get("config_error"):
+        out.append(f"  config: BROKEN, a reload keeps the running one: {doc['config_error']}")
     rl = doc.get("reload")
     if rl:
         out.append(f"  last reload {_t(rl.get('at'))}: "
