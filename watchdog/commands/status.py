@@ -6,7 +6,9 @@ runs with (it names ``state_dir``); without it, where the service keeps its stat
 (:mod:`watchdog.store.locate`: ``$STATE_DIRECTORY``, the installed config, the unit's
 ``/var/lib/nvml-watchdog``, this user's). A config broken by a typo (the agent keeps its
 running one) still leads to the state; a warning line says it is broken. Exit status: 0
-the agent wrote its status recently, 1 it looks stopped or stale, 2 no state or bad input.
+the agent wrote its status recently, 1 it looks stopped or stale or an alerting sink is
+down (it refuses every notification, or has failed for ``sink_fail_after``), 2 no state
+or bad input.
 """
 
 from __future__ import annotations
@@ -78,7 +80,7 @@ def _state_dir(args: argparse.Namespace) -> tuple[Any, str | None]:
 
 
 def run(args: argparse.Namespace) -> int:
-    from watchdog.service.status import render, stale
+    from watchdog.service.status import down_sinks, render, stale
     from watchdog.store import runtime
 
     sdir, broken = _state_dir(args)
@@ -100,4 +102,4 @@ def run(args: argparse.Namespace) -> int:
         sys.stdout.write(json.dumps(out) + "\n")
     else:
         print(render(out, now))
-    return 1 if old else 0
+    return 1 if old or down_sinks(out) else 0

@@ -93,17 +93,24 @@ class NotifyConfig:
     runbook_url: str | None = None
     extra: dict[str, Any] = field(default_factory=dict)
 
-    def sinks_for(self, severity: str, kind: str) -> tuple[str, ...]:
-        """Sink names an alert of ``severity`` and ``kind`` is routed to."""
+    def sinks_for(self, severity: str, kind: str, down: str | None = None) -> tuple[str, ...]:
+        """Sink names an alert of ``severity`` and ``kind`` is routed to. ``down``: the
+        sink the agent's own incident is about (kind ``agent``, label ``sink``), which is
+        down: never routed to it, and to every other sink where the routes leave none (it
+        must reach someone who can fix it)."""
         if not self.routes:
-            return tuple(s.name for s in self.sinks)
-        out: list[str] = []
-        for r in self.routes:
-            if r.matches(severity, kind):
-                out.extend(s for s in r.sinks if s not in out)
-                if not r.cont:
-                    break
-        return tuple(out)
+            out = [s.name for s in self.sinks]
+        else:
+            out = []
+            for r in self.routes:
+                if r.matches(severity, kind):
+                    out.extend(s for s in r.sinks if s not in out)
+                    if not r.cont:
+                        break
+        if down is None or kind != "agent":
+            return tuple(out)
+        return tuple(s for s in out if s != down) or tuple(
+            s.name for s in self.sinks if s.name != down)
 
 
 _TIMERS = ("group_wait", "group_interval", "repeat_interval", "resolve_hold", "flap_window",
