@@ -189,14 +189,16 @@ def test_a_second_agent_on_the_same_state_is_refused_and_changes_nothing(
     cfg = write_config(tmp_path, state, hook)
     first = Agent(cfg, speed=60, duration="8m")
     first.wait_log("FIRING   CRITICAL comm_hang", timeout=40)
-    before = db_rows(state, "SELECT id, resolved_at, summary FROM incidents")
+    # (not resolved_at: the first agent itself may resolve the hang, 4 s after its onset,
+    # while a loaded machine is still starting the second)
+    before = db_rows(state, "SELECT id, summary FROM incidents")
     t0 = time.monotonic()
     second = watchdog("run", "--config", str(cfg), "--speed", "60", "--duration", "1m")
     assert time.monotonic() - t0 < 10
     assert second.returncode == 2, second.stderr
     lines = [x for x in second.stderr.splitlines() if x.strip()]
     assert len(lines) == 1 and f"pid {first.p.pid}" in lines[0], second.stderr
-    assert db_rows(state, "SELECT id, resolved_at, summary FROM incidents") == before
+    assert db_rows(state, "SELECT id, summary FROM incidents") == before
     assert first.wait(60) == 0
     assert hang_pages(hook) == ["firing", "resolved"]  # once each, from the first agent
 
@@ -568,7 +570,10 @@ def test_a_silence_added_after_a_clock_step_keeps_its_length(tmp_path: Path) -> 
 
 def test_a_stopped_agents_state_is_read_with_the_plain_clock(tmp_path: Path) -> None:
     """time: without a running agent, silences use this machine's clock"""
+    from watchdog.store import connect
+
     state = tmp_path / "state"
+    connect(state).close()  # a stopped agent's state
     r = watchdog("silence", "add", "--all", "--for", "1h", "--comment", "x", "--state-dir",
                  str(state))
     assert r.returncode == 0, r.stderr

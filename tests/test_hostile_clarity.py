@@ -270,6 +270,7 @@ def test_silence_list_json_has_iso_times_with_zone_and_epoch_seconds(tmp_path: P
                                                                       capsys) -> None:
     """clarity: `watchdog silence list --json` did not exist; it prints one object with
     ISO 8601 times (with zone) and the raw epoch seconds, as `alerts --json` does."""
+    connect(tmp_path).close()  # an agent's state: silences go only where one keeps it
     sd = ["--state-dir", str(tmp_path)]
     assert main(["silence", "add", "--gpu", "3", "--kind", "thermal_throttle", "--for", "2h",
                  "--comment", "fan swap", *sd]) == 0

@@ -22,6 +22,7 @@ import shutil
 import stat
 import subprocess
 import sys
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -59,8 +60,60 @@ def relocate(text: str, root: Path) -> str:
     return text
 
 
+#: the unit's credentials as the service sees them (LoadCredential=), and where the page
+#: keeps them: the test has no systemd to copy one to the other
+CREDENTIALS = "/run/credentials/nvml-watchdog.service/"
+SLACK_TOKEN = "xoxb-install-docs-0001"
+PD_KEY = "0123456789abcdef0123456789abcdef"
+
+
+def sinks_block(path: Path = PAGE) -> dict[str, object]:
+    """The page's ```yaml block that names the sinks in watchdog.yaml."""
+    import yaml
+
+    blocks = re.findall(r"```yaml\n(.*?)```", path.read_text(), re.S)
+    (block,) = [b for b in blocks if "notify:" in b]
+    return yaml.safe_load(block)
+
+
+def name_the_sinks(root: Path, slack_url: str, pd_url: str, ca: str) -> None:
+    """What the page has the operator do by hand between its commands (section 5): write
+    each secret into its file and name the files in watchdog.yaml, as its yaml block shows;
+    the test adds only where Slack and PagerDuty are (stand-ins on loopback)."""
+    import yaml
+
+    creds = root / "etc/nvml-watchdog/credentials"
+    (creds / "slack-token").write_text(SLACK_TOKEN + "\n")
+    (creds / "pagerduty-key").write_text(PD_KEY + "\n")
+    doc = sinks_block()
+    for sink in doc["notify"]["sinks"]:  # type: ignore[index]
+        for key, value in list(sink.items()):
+            if isinstance(value, str) and value.startswith(CREDENTIALS):
+                sink[key] = str(creds / value.removeprefix(CREDENTIALS))
+        if sink["type"] == "slack":
+            sink["api_url"] = f"{slack_url}/api/"
+        else:
+            sink.update(url=f"{pd_url}/v2/enqueue", ca_file=ca)
+    cfg = root / "etc/nvml-watchdog/watchdog.yaml"
+    cfg.write_text(cfg.read_text() + "\n" + yaml.safe_dump(doc, sort_keys=False))
+
+
 @pytest.fixture(scope="module")
-def installed(tmp_path_factory: pytest.TempPathFactory) -> dict[str, object]:
+def receivers(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, object]]:
+    """Slack's Web API and PagerDuty's Events API stand-ins, for `alerts test`."""
+    from watchdog.testing.httpserver import Reply, Server, self_signed_cert
+
+    if shutil.which("openssl") is None:
+        pytest.skip("openssl is not installed (it makes the PagerDuty stand-in's certificate)")
+    cert = self_signed_cert(tmp_path_factory.mktemp("tls"))
+    with Server(Reply(200, {"ok": True, "channel": "C1", "ts": "1.0"})) as slack, \
+            Server(Reply(202, {"status": "success", "dedup_key": "x"}), tls=cert) as pd:
+        yield {"slack": slack, "pd": pd, "ca": cert[0]}
+
+
+@pytest.fixture(scope="module")
+def installed(tmp_path_factory: pytest.TempPathFactory,
+              receivers: dict[str, object]) -> dict[str, object]:
     """Run the page's commands in order; the results by command."""
     tmp = tmp_path_factory.mktemp("install")
     root = tmp / "root"
@@ -80,6 +133,9 @@ def installed(tmp_path_factory: pytest.TempPathFactory) -> dict[str, object]:
                                   if Path(p) != Path(sys.executable).parent)
     results: dict[str, object] = {"root": root, "checkout": checkout, "env": env}
     for cmd in commands():
+        if cmd.startswith("install -m 0644 config/nvml-watchdog.service"):  # section 6
+            name_the_sinks(root, receivers["slack"].url, receivers["pd"].url,  # type: ignore[attr-defined]
+                           str(receivers["ca"]))
         if cmd in NOT_RUN:
             if cmd == "systemctl enable --now nvml-watchdog":
                 results[cmd] = start_unit(root, env)
@@ -159,6 +215,20 @@ def test_the_installed_config_names_the_state_dir(installed: dict[str, object]) 
     text = cfg.read_text()
     assert f"\nstate_dir: {root}/var/lib/nvml-watchdog\n" in text
     assert stat.S_IMODE(cfg.stat().st_mode) == 0o644
+
+
+def test_alerts_test_reaches_every_sink_the_page_names(installed: dict[str, object],
+                                                        receivers: dict[str, object]) -> None:
+    """The page's `alerts test` line tries the sinks its yaml block names, with the secrets
+    its steps install: each is delivered, with that secret, and none is printed."""
+    r = ok(installed, "/opt/nvml-watchdog/bin/watchdog alerts test --config "
+                      "/etc/nvml-watchdog/watchdog.yaml")
+    assert "slack (slack): delivered" in r.stdout, r.stdout
+    assert "pagerduty (pagerduty): delivered" in r.stdout, r.stdout
+    slack, pd = receivers["slack"], receivers["pd"]
+    assert slack.requests[-1].headers["Authorization"] == f"Bearer {SLACK_TOKEN}"  # type: ignore[attr-defined]
+    assert pd.requests[0].body["routing_key"] == PD_KEY  # type: ignore[attr-defined]
+    assert SLACK_TOKEN not in r.stdout + r.stderr and PD_KEY not in r.stdout + r.stderr
 
 
 def test_secrets_files_are_root_only(installed: dict[str, object]) -> None:

@@ -26,8 +26,17 @@ def wd(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedPro
                           text=True, timeout=60, env={**os.environ, **(env or {})})
 
 
+def agent_state(d: Path) -> Path:
+    """A state directory an agent has run on (its database exists): silences go only
+    where an agent keeps its state."""
+    from watchdog.store import connect
+
+    connect(d).close()
+    return d
+
+
 def test_silence_add_list_expire(tmp_path: Path) -> None:
-    sd = ["--state-dir", str(tmp_path)]
+    sd = ["--state-dir", str(agent_state(tmp_path))]
     r = wd("silence", "add", "--gpu", "3", "--kind", "thermal_throttle", "--for", "2h",
            "--comment", "fan swap", *sd)
     assert r.returncode == 0 and r.stdout.startswith("silence 1: GPU 3 thermal_throttle muted"), r

@@ -135,6 +135,9 @@ def test_runbook_commands_run(tmp_path: Path) -> None:
         pytest.skip("`watchdog silence` is not in this build yet (the alerting issue adds it)")
     cfg = tmp_path / "watchdog.yaml"
     cfg.write_text(f"source: nvml\nstate_dir: {tmp_path / 'state'}\n")
+    from watchdog.store import connect
+
+    connect(tmp_path / "state").close()  # the service's state: silences go only there
     env = {**os.environ, "HOME": str(tmp_path)}
     for c in runbook_commands():
         args = shlex.split(c.replace("/etc/nvml-watchdog/watchdog.yaml", str(cfg)))

@@ -66,7 +66,9 @@ def test_config_loads_and_validates(tmp_path: Path) -> None:
     p = tmp_path / "w.yaml"
     p.write_text("source: sim:comm_hang\ninterval: 5s\nrules: [a.yaml, b/]\nspeed: 2\n")
     c = config.load(p)
-    assert (c.source, c.interval, c.rules, c.speed) == ("sim:comm_hang", 5.0, ("a.yaml", "b/"), 2.0)
+    # rule paths are the config folder's (issue 32: not the current directory's)
+    assert (c.source, c.interval, c.rules, c.speed) == (
+        "sim:comm_hang", 5.0, (str(tmp_path / "a.yaml"), str(tmp_path / "b")), 2.0)
     empty = _write(tmp_path, "")
     assert config.load(empty) == config.Config(path=str(empty))
 

@@ -21,6 +21,11 @@ over ``sim_gpus`` and ``sim_model``) is left to ``watchdog run``, which checks t
 against the GPUs actually simulated (:func:`watchdog.sources.check_live`) before it
 starts: here a spec only has to fit some node (GPU 300 fits none; GPU 9 fits
 ``--gpus 16`` whatever ``sim_gpus`` says).
+
+Every path in the file (``state_dir``, ``rules``, ``record.dir``, a ``model`` file,
+``job.id_file``, each sink's ``*_file``) is relative to the folder of the config file, not
+to the current directory: the service runs in ``/`` and an operator's command anywhere
+else, and both must mean the same files (:func:`beside`).
 """
 
 from __future__ import annotations
@@ -30,6 +35,7 @@ from pathlib import Path
 from typing import Any
 
 from watchdog.errors import InputError
+from watchdog.paths import beside
 from watchdog.units import duration_in, format_duration, number_in, parse_duration
 
 DAY = 86_400.0
@@ -95,8 +101,34 @@ _KEYS = {"source", "interval", "rules", "host", "state_dir", "speed", "sim_gpus"
          "notify", "model", "runbook_url", "job", "slurm"}
 
 
+#: ``model:`` values that name no file
+_MODEL_WORDS = ("auto", "none", "off", "")
+
+
+def _paths(out: dict[str, Any], p: Path) -> None:
+    """Resolve the paths of the settings in ``out`` against the config file ``p``."""
+    if out.get("state_dir"):
+        out["state_dir"] = beside(out["state_dir"], p)
+    if out.get("rules"):
+        out["rules"] = tuple(beside(r, p) for r in out["rules"])
+    if out.get("record") is not None:
+        out["record"] = Record(dir=beside(out["record"].dir, p), keep_s=out["record"].keep_s)
+    model = out.get("model")
+    if isinstance(model, str) and model.lower() not in _MODEL_WORDS:
+        out["model"] = beside(model, p)
+    elif isinstance(model, dict) and isinstance(model.get("use"), str) and \
+            model["use"].lower() not in _MODEL_WORDS:
+        out["model"] = {**model, "use": beside(model["use"], p)}
+    job = out.get("job")
+    if job is not None and getattr(job, "id_file", None):
+        from dataclasses import replace
+
+        out["job"] = replace(job, id_file=beside(job.id_file, p))
+
+
 def load(path: str | Path) -> Config:
-    """Read and validate ``path``; every problem is one InputError naming file and line."""
+    """Read and validate ``path``; every problem is one InputError naming file and line.
+    Paths in it are relative to its folder (:func:`beside`)."""
     from watchdog import yamlsafe
 
     p = Path(path)
@@ -125,6 +157,7 @@ def load(path: str | Path) -> Config:
             out["slurm"] = parse_slurm(value, at)
         else:
             out[key] = _coerce(key, value, at)
+    _paths(out, p)
     if "notify" in out:
         from watchdog.notify.config import parse_notify
 

@@ -197,7 +197,85 @@ def cases() -> list[dict[str, Any]]:
                              "the GPUs do nothing (dataloader, storage, host-side hang).",
                   "runbook": "docs/fleet.md#jobstall"}}]},
           *none(("5m",), ("JobStragglerNode",))])
+
+    # --- the agents' own health ----------------------------------------------------------
+    agents = (*agent("a1", up="1x10 0x80", info="1x10 stale"),  # scrape fails from 110 s
+              *agent("a2", up="1x10 stale", info="1x10 stale"),  # target gone from 110 s
+              *agent("a3"))  # healthy
+    case("an agent that cannot be scraped, or whose target is gone, is down after 5 min",
+         agents,
+         [*none(("6m",), ("WatchdogAgentDown",)),
+          {"eval_time": "7m", "alertname": "WatchdogAgentDown", "exp_alerts": [
+              agent_down("a1"), agent_down("a2")]}])
+
+    sinks = (*agent("a1", extra=[sink_up("a1", "slack", "1x5 0x80"),
+                                 sink_up("a1", "hook", "1x85")]),
+             *agent("a2", extra=[sink_up("a2", "slack", "1x5 0x3 1x77")]))  # a blip
+    case("a sink that keeps refusing or failing is named after 10 minutes, a blip is not",
+         sinks,
+         [*none(("10m",), ("WatchdogSinkFailing",)),
+          {"eval_time": "11m", "alertname": "WatchdogSinkFailing", "exp_alerts": [
+              {"exp_labels": {"severity": "warning", "node": "a1", "sink": "slack",
+                              "type": "slack"},
+               "exp_annotations": {
+                   "summary": "a1's alerting sink slack (slack) has failed or refused every "
+                              "notification for 10 minutes: its pages are not delivered. "
+                              "`watchdog status` and `watchdog alerts test --config …` on the "
+                              "node say why (a token, a URL, a channel).",
+                   "runbook": "docs/fleet.md#watchdogsinkfailing"}}]}])
+
+    unwatched = (*agent("a1", source="1x5 0x80"),  # NVML gone from 50 s
+                 *agent("a2", ticks="0+10x20 200x80"),  # sampling stopped at 200 s
+                 *agent("a3"))
+    case("a node whose GPUs cannot be read, or whose sampling stopped, is unwatched",
+         unwatched,
+         [*none(("5m",), ("WatchdogNodeUnwatched",)),
+          {"eval_time": "6m", "alertname": "WatchdogNodeUnwatched",
+           "exp_alerts": [unwatched_alert("a1", "its agent cannot read the GPUs (NVML, the "
+                                                "driver: `nvidia-smi` there)")]},
+          {"eval_time": "14m", "alertname": "WatchdogNodeUnwatched",
+           "exp_alerts": [unwatched_alert("a1", "its agent cannot read the GPUs (NVML, the "
+                                                "driver: `nvidia-smi` there)"),
+                          unwatched_alert("a2", "its agent has sampled nothing for 5 "
+                                                "minutes (`watchdog status` there)")]}])
     return out
+
+
+def agent(name: str, *, up: str = "1x90", info: str = "1x90", source: str = "1x90",
+          ticks: str = "0+10x90", extra: Series | None = None) -> Series:
+    """The agent-health series of one node (15 min at 10 s): the target's ``up`` and the
+    agent's own."""
+    target = f'instance="{name}:9849",job="nvml-watchdog"'
+    lab = f'node="{name}",{target}'
+    return [{"series": f"up{{{target}}}", "values": up},
+            {"series": f'watchdog_build_info{{{lab},version="0.1.0",python="3.11.7"}}',
+             "values": info},
+            {"series": f"watchdog_source_up{{{lab}}}", "values": source},
+            {"series": f"watchdog_ticks_total{{{lab}}}", "values": ticks},
+            *(extra or [])]
+
+
+def sink_up(node_name: str, sink: str, values: str) -> dict[str, str]:
+    lab = f'node="{node_name}",instance="{node_name}:9849",job="nvml-watchdog"'
+    kind = "slack" if sink == "slack" else "webhook"
+    return {"series": f'watchdog_notify_sink_up{{{lab},sink="{sink}",type="{kind}"}}',
+            "values": values}
+
+
+def agent_down(name: str) -> dict[str, Any]:
+    return {"exp_labels": {"severity": "warning", "node": name, "instance": f"{name}:9849"},
+            "exp_annotations": {
+                "summary": f"The nvml-watchdog agent on {name} ({name}:9849) has not been "
+                           "scraped for 5 minutes: no GPU fault there is detected or paged. "
+                           "Check `systemctl status nvml-watchdog` and `journalctl -u "
+                           "nvml-watchdog` on it.",
+                "runbook": "docs/fleet.md#watchdogagentdown"}}
+
+
+def unwatched_alert(name: str, why: str) -> dict[str, Any]:
+    return {"exp_labels": {"severity": "warning", "node": name, "instance": f"{name}:9849"},
+            "exp_annotations": {"summary": f"{name} is not watched: {why}.",
+                                "runbook": "docs/fleet.md#watchdognodeunwatched"}}
 
 
 def render() -> str:

@@ -2,8 +2,10 @@
 ``watchdog alerts test``: send a clearly marked test message through every sink now.
 
 Both read the daemon's config (``--config``, the file the unit uses) to find the state
-directory and the sinks. ``alerts`` opens the state database read-only, so it is safe as
-root next to a running service.
+directory and the sinks; without it ``alerts`` looks where the service keeps its state
+(:mod:`watchdog.store.locate`), and a config broken by a typo still leads to the state
+(one warning line says so). ``alerts`` opens the state database read-only, so it is safe
+as root next to a running service.
 
 ``alerts --json`` prints one JSON object::
 
@@ -17,7 +19,8 @@ root next to a running service.
                                     "sent_at", "sent_at_epoch"}]}],
      "silences": [as `watchdog silence list --json`],
      "outbox": {SINK: {"sent"|"pending"|"failed": {"count", "last_at", "last_at_epoch"},
-                       "last_error": str|null}}}
+                       "last_error": str|null}},
+     "state_dir": str, "config_error": str|null}
 
 Times as everywhere in these commands: ``NAME`` ISO 8601 with zone, ``NAME_epoch`` POSIX
 seconds. ``state`` ``resolving`` with ``alert.resolved_at`` set (listed as CLEARED): the
@@ -106,13 +109,14 @@ def listing_line(state: str, a: Any, now: float, hold: float | None) -> str:
 
 
 def run_alerts(args: argparse.Namespace) -> int:
-    from watchdog.commands.common import silence_json, state_dir, with_times
+    from watchdog.commands.common import service_state, silence_json, with_times
     from watchdog.notify import render
     from watchdog.notify import store as st
     from watchdog.store import connect
     from watchdog.store.agent import agent_wall
 
-    conn = connect(state_dir(args), readonly=True)
+    found, broken = service_state(args)
+    conn = connect(found.path, readonly=True)
     try:
         tables = {r[0] for r in conn.execute("SELECT name FROM sqlite_master")}
         if "notify_alerts" not in tables:
@@ -153,7 +157,8 @@ def run_alerts(args: argparse.Namespace) -> int:
     finally:
         conn.close()
     if args.json:
-        print(json.dumps({"alerts": alerts, "silences": silences, "outbox": sinks}))
+        print(json.dumps({"alerts": alerts, "silences": silences, "outbox": sinks,
+                          "state_dir": str(found.path), "config_error": broken}))
         return 0
     if not alerts:
         print("no alerts")

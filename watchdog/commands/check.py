@@ -124,7 +124,10 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     known = p.parse_known_args
 
     def strict(args=None, namespace=None):  # unknown options: our exit 3, not the top's 2
-        p._mode = _mode_in(sys.argv[1:] if args is None else args)
+        words = sys.argv[1:] if args is None else list(args)
+        p._mode = _mode_in(words)
+        # --json (or an abbreviation argparse accepts) anywhere: a usage error is JSON too
+        p._wants_json = any(len(w) >= 3 and "--json".startswith(w) for w in words)  # type: ignore[attr-defined]
         ns, extras = known(args, namespace)
         if extras:
             p.error(f"unrecognized arguments: {' '.join(extras)}")
@@ -146,13 +149,22 @@ def _mode_in(argv: list[str]) -> str:
 
 
 def _unknown_error(self: argparse.ArgumentParser, message: str) -> NoReturn:
-    """Usage errors are "cannot judge": exit 3 (UNKNOWN), not argparse's 2 (which reads
-    as CRITICAL); 0 in slurm mode (a typo must not drain), 2 in npd mode."""
+    """Usage errors are "cannot judge": exit 3 (UNKNOWN) in the Nagios mode, not argparse's
+    2 (which reads as CRITICAL); 0 in slurm mode (a typo must not drain), 2 in npd mode.
+    With ``--json`` on the command line, stdout is the UNKNOWN verdict as JSON (the shape
+    of every ``check --json``), so a script parsing it never meets plain text."""
     self.print_usage(sys.stderr)
     print(f"watchdog check: error: {message}", file=sys.stderr)
     mode = getattr(self, "_mode", "nagios")
     if mode == "nagios":
-        print("WATCHDOG UNKNOWN - bad command line")
+        if getattr(self, "_wants_json", False):
+            from watchdog.check import report
+            from watchdog.check.main import unknown
+
+            print(report.to_json(unknown(argparse.Namespace(),
+                                         f"bad command line: {message}")))
+        else:
+            print("WATCHDOG UNKNOWN - bad command line")
         raise SystemExit(3)
     print("cannot judge: bad command line")
     raise SystemExit(0 if mode == "slurm" else 2)

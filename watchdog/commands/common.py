@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import sys
 from collections.abc import Iterable
 from typing import Any
 
@@ -39,8 +40,6 @@ def add_source_args(p: argparse.ArgumentParser, default: str | None = "nvml",
 def gpu_model_arg(args: argparse.Namespace) -> str | None:
     """``--gpu-model``, or the deprecated ``--model h100-sxm|a100-pcie`` (one note on
     stderr). ``--model`` now names the anomaly model; any other value is an error."""
-    import sys
-
     old = getattr(args, "old_model", None)
     if old is None:  # (the simulator's models are imported only past here: a probe of
         return args.gpu_model  # real GPUs loads no simulator)
@@ -101,12 +100,45 @@ def source_options(args: argparse.Namespace) -> SourceOptions:
 
 # --- the state directory and silences, for status, alerts and silence -------------------
 
-def state_dir(args: argparse.Namespace) -> Any:
-    from watchdog import config as config_mod
-    from watchdog.store import resolve_state_dir
+def service_state(args: argparse.Namespace) -> tuple[Any, str | None]:
+    """``(found, config error)``: the state directory ``status``, ``alerts`` and
+    ``silence`` act on (:func:`watchdog.store.locate.find`: ``--state-dir``, the config's
+    ``state_dir:``, or where the service keeps it; never a new, unread one), and why the
+    config given with ``--config`` does not load (None when it does).
 
-    cfg = config_mod.load(args.config) if args.config else config_mod.Config()
-    return resolve_state_dir(getattr(args, "state_dir", None) or cfg.state_dir)
+    A config that exists but does not load (a typo during an incident: the running agent
+    keeps its old config) still leads to the state: its ``state_dir:`` is read leniently,
+    so on-call can see and silence what the agent does. A config that is not there at all
+    (a wrong path) is an error: it names no agent."""
+    from watchdog import config as config_mod
+    from watchdog.paths import state_dir_of
+    from watchdog.store.locate import find
+
+    configured, broken = None, None
+    if getattr(args, "config", None):
+        try:
+            configured = config_mod.load(args.config).state_dir
+        except InputError as e:
+            if not _readable_file(args.config):
+                raise
+            broken = str(e)
+            configured = state_dir_of(args.config)
+    found = find(getattr(args, "state_dir", None), configured)
+    if broken is not None:
+        print(f"watchdog: warning: the config is broken (a reload keeps the agent's running "
+              f"config): {broken}; using the state in {found.path}", file=sys.stderr)
+    return found, broken
+
+
+def _readable_file(path: str) -> bool:
+    import os
+
+    return os.path.isfile(path) and os.access(path, os.R_OK)
+
+
+def state_dir(args: argparse.Namespace) -> Any:
+    """The state directory of :func:`service_state`."""
+    return service_state(args)[0].path
 
 
 def with_times(d: dict[str, Any], keys: Iterable[str]) -> dict[str, Any]:

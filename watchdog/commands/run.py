@@ -43,6 +43,10 @@ def register(sub: argparse._SubParsersAction) -> None:
                         "state_dir, $STATE_DIRECTORY, or ~/.local/state/nvml-watchdog)")
     p.add_argument("--duration", default=None, metavar="DURATION",
                    help="stop after this much (clock) time; default: run until stopped")
+    p.add_argument("--shadow", action="store_true",
+                   help="run beside the node's agent on the same GPUs (a config or a rule "
+                        "being tried out): detects and records, never notifies. Without "
+                        "it a second agent on the same GPUs is refused (exit 2)")
     p.set_defaults(func=run)
 
 
@@ -120,5 +124,5 @@ def run(args: argparse.Namespace) -> int:
     agent = build(cfg, spec=spec, options=options, interval=interval, speed=speed,
                   rules_override=list(args.rules), state_dir=args.state_dir, demo=demo,
                   clock=WallClock(speed=speed), stop_after=stop_after,
-                  load_config=config_mod.load)
+                  load_config=config_mod.load, shadow=args.shadow)
     return agent.serve()

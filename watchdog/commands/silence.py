@@ -1,7 +1,10 @@
 """``watchdog silence add|list|expire``: mute notifications for a GPU, a kind or the whole
 node for a while (maintenance, a known fault being fixed). Silences live in the agent's
 state database, so a running agent honours them within seconds and they survive
-restarts; they end by themselves. Incidents are still detected and listed by
+restarts; they end by themselves. The commands act on the service's state (``--config``,
+``--state-dir``, else where the service keeps it: :mod:`watchdog.store.locate`) and never
+create a state directory: where no agent state is found they refuse, naming where they
+looked, rather than mute nothing. Incidents are still detected and listed by
 ``watchdog alerts``; only the notifications are held back.
 
 ``silence list --json`` prints one JSON object::
@@ -27,6 +30,7 @@ import json
 import os
 import sys
 import time
+from typing import Any
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -53,40 +57,57 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.set_defaults(func=run)
 
 
-def run(args: argparse.Namespace) -> int:
-    from watchdog.commands.common import silence_json, silence_state, state_dir, what
+def _check_add(args: argparse.Namespace) -> float:
+    """The arguments of ``silence add`` checked before any state is touched; returns the
+    duration in seconds."""
     from watchdog.errors import InputError
     from watchdog.incident import KINDS
+    from watchdog.units import parse_duration
+
+    if not (args.all or args.gpu or args.kind):
+        raise InputError("silence add: say what to mute: --gpu N, --kind KIND, or "
+                         "--all for the whole node")
+    if args.all and (args.gpu or args.kind):
+        raise InputError("silence add: --all mutes everything; leave out --gpu/--kind")
+    if args.kind and args.kind not in KINDS:
+        raise InputError(f"--kind {args.kind}: not an incident kind (one of: "
+                         f"{', '.join(KINDS)})")
+    secs = parse_duration(args.duration, what="--for")
+    if secs <= 0:
+        raise InputError("--for: must be positive")
+    return secs
+
+
+def where(found: Any) -> str:
+    """``agent pid 1234 on /var/lib/nvml-watchdog``, or that none runs there now."""
+    if found.pid is not None:
+        return f"agent pid {found.pid} on {found.path}"
+    return f"state {found.path}; no agent runs on it now: it applies once one starts"
+
+
+def run(args: argparse.Namespace) -> int:
+    from watchdog.commands.common import service_state, silence_json, silence_state, what
     from watchdog.notify import store as st
     from watchdog.store import connect
     from watchdog.store.agent import agent_wall
-    from watchdog.units import parse_duration
 
+    secs = _check_add(args) if args.action == "add" else 0.0
+    found, _broken = service_state(args)  # the service's state, or one line: where it looked
     if args.action == "list":  # reading only: a member of the service's group may
-        conn = connect(state_dir(args), readonly=True)
+        conn = connect(found.path, readonly=True)
     else:
-        conn = st.open_store(connect(state_dir(args)))
+        conn = st.open_store(connect(found.path, create=False))
     try:
         now = agent_wall(conn, time.time())  # the running agent's timeline
         if args.action == "add":
-            if not (args.all or args.gpu or args.kind):
-                raise InputError("silence add: say what to mute: --gpu N, --kind KIND, or "
-                                 "--all for the whole node")
-            if args.all and (args.gpu or args.kind):
-                raise InputError("silence add: --all mutes everything; leave out --gpu/--kind")
-            if args.kind and args.kind not in KINDS:
-                raise InputError(f"--kind {args.kind}: not an incident kind (one of: "
-                                 f"{', '.join(KINDS)})")
-            secs = parse_duration(args.duration, what="--for")
-            if secs <= 0:
-                raise InputError("--for: must be positive")
             who = os.environ.get("SUDO_USER") or getpass.getuser()
             sid = st.add_silence(conn, host=args.host, gpu=args.gpu, kind=args.kind,
                                  starts_at=now, ends_at=now + secs, comment=args.comment,
                                  created_by=who)
             muted = what({"gpu": args.gpu, "kind": args.kind})
             print(f"silence {sid}: {muted} muted until "
-                  f"{time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime(now + secs))}")
+                  f"{time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime(now + secs))} "
+                  f"({where(found)})")
             return 0
         if args.action == "expire":
             if not st.expire_silence(conn, args.id, now):

@@ -2,9 +2,13 @@
 
 Works on a running or a stopped agent, as the service's user or as root (the state
 database is opened read-only; nothing is written). ``--config`` is the file the service
-runs with (it names ``state_dir``); without it, ``$STATE_DIRECTORY`` or the per-user
-default. Exit status: 0 the agent wrote its status recently, 1 it looks stopped or stale,
-2 no state or bad input.
+runs with (it names ``state_dir``); without it, where the service keeps its state
+(:mod:`watchdog.store.locate`: ``$STATE_DIRECTORY``, the installed config, the unit's
+``/var/lib/nvml-watchdog``, this user's). A config broken by a typo (the agent keeps its
+running one) still leads to the state; a warning line says it is broken. Exit status: 0
+the agent wrote its status recently, 1 it looks stopped or stale or an alerting sink is
+down (it refuses every notification, or has failed for ``sink_fail_after``), 2 no state
+or bad input.
 """
 
 from __future__ import annotations
@@ -52,13 +56,34 @@ def _from_db(sdir: Any) -> tuple[dict[str, Any] | None, float | None, list[dict[
     return doc, written, waits
 
 
-def run(args: argparse.Namespace) -> int:
-    from watchdog import config as config_mod
-    from watchdog.service.status import render, stale
-    from watchdog.store import resolve_state_dir, runtime
+def _state_dir(args: argparse.Namespace) -> tuple[Any, str | None]:
+    """``(state directory, config error)``; a named directory without a database whose
+    agent keeps its status in memory (it could never write there) is read too."""
+    from watchdog.commands.common import service_state
+    from watchdog.errors import InputError
+    from watchdog.store import runtime
 
-    cfg = config_mod.load(args.config) if args.config else config_mod.Config()
-    sdir = resolve_state_dir(args.state_dir or cfg.state_dir)
+    try:
+        found, broken = service_state(args)
+    except InputError:
+        named = args.state_dir
+        if not named and args.config:
+            from watchdog.paths import state_dir_of
+
+            named = state_dir_of(args.config)
+        if named and runtime.read(named) is not None:
+            from pathlib import Path
+
+            return Path(named), None
+        raise
+    return found.path, broken
+
+
+def run(args: argparse.Namespace) -> int:
+    from watchdog.service.status import down_sinks, render, stale
+    from watchdog.store import runtime
+
+    sdir, broken = _state_dir(args)
     doc, written, waits = _from_db(sdir)
     mem = runtime.read(sdir)  # written only while the agent's state is in memory only
     if mem is not None and (written is None or (mem.get("status_written_at") or 0) > written):
@@ -71,9 +96,10 @@ def run(args: argparse.Namespace) -> int:
     now = WallClock().now()
     old = stale(doc, written, now)
     out: dict[str, Any] = {**doc, "state_dir": str(sdir), "status_written_at": written,
-                           "stale": old, "learned_waits_stored": waits}
+                           "stale": old, "learned_waits_stored": waits,
+                           "config_error": broken}
     if args.json:
         sys.stdout.write(json.dumps(out) + "\n")
     else:
         print(render(out, now))
-    return 1 if old else 0
+    return 1 if old or down_sinks(out) else 0

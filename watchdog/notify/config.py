@@ -18,6 +18,7 @@ from typing import Any
 
 from watchdog.errors import InputError
 from watchdog.incident import KINDS, SEVERITIES
+from watchdog.paths import beside
 from watchdog.units import duration_in, number_in
 
 SINK_TYPES = ("slack", "pagerduty", "alertmanager", "webhook", "log")
@@ -92,17 +93,24 @@ class NotifyConfig:
     runbook_url: str | None = None
     extra: dict[str, Any] = field(default_factory=dict)
 
-    def sinks_for(self, severity: str, kind: str) -> tuple[str, ...]:
-        """Sink names an alert of ``severity`` and ``kind`` is routed to."""
+    def sinks_for(self, severity: str, kind: str, down: str | None = None) -> tuple[str, ...]:
+        """Sink names an alert of ``severity`` and ``kind`` is routed to. ``down``: the
+        sink the agent's own incident is about (kind ``agent``, label ``sink``), which is
+        down: never routed to it, and to every other sink where the routes leave none (it
+        must reach someone who can fix it)."""
         if not self.routes:
-            return tuple(s.name for s in self.sinks)
-        out: list[str] = []
-        for r in self.routes:
-            if r.matches(severity, kind):
-                out.extend(s for s in r.sinks if s not in out)
-                if not r.cont:
-                    break
-        return tuple(out)
+            out = [s.name for s in self.sinks]
+        else:
+            out = []
+            for r in self.routes:
+                if r.matches(severity, kind):
+                    out.extend(s for s in r.sinks if s not in out)
+                    if not r.cont:
+                        break
+        if down is None or kind != "agent":
+            return tuple(out)
+        return tuple(s for s in out if s != down) or tuple(
+            s.name for s in self.sinks if s.name != down)
 
 
 _TIMERS = ("group_wait", "group_interval", "repeat_interval", "resolve_hold", "flap_window",
@@ -188,7 +196,7 @@ def parse_notify(data: Any, lines: dict[str, int], path: str | None,
         if not isinstance(data["send_resolved"], bool):
             raise InputError(f"{at('send_resolved')}: must be true or false")
         out["send_resolved"] = data["send_resolved"]
-    sinks = _sinks(data.get("sinks") or {}, at)
+    sinks = _sinks(data.get("sinks") or {}, at, path)
     out["sinks"] = sinks
     names = {s.name for s in sinks}
     out["routes"] = _routes(data.get("routes") or [], names, at)
@@ -208,7 +216,7 @@ def _kinds(v: Any, where: str, allowed: tuple[str, ...], what: str) -> frozenset
     return frozenset(items)
 
 
-def _sinks(data: Any, at: Any) -> tuple[SinkSpec, ...]:
+def _sinks(data: Any, at: Any, path: str | None = None) -> tuple[SinkSpec, ...]:
     """DESIGN.md's list ``[{name: slack, type: slack, …}, …]``, or a mapping name -> spec."""
     if isinstance(data, dict):
         items = [({**spec, "name": name} if isinstance(spec, dict) else spec, ("sinks", str(name)))
@@ -230,7 +238,9 @@ def _sinks(data: Any, at: Any) -> tuple[SinkSpec, ...]:
         if spec["type"] not in SINK_TYPES:
             raise InputError(f"{at(*keys, 'type')}: unknown sink type {spec['type']!r} "
                              f"(one of: {', '.join(SINK_TYPES)})")
-        opts = {k: v for k, v in spec.items() if k not in ("type", "name")}
+        # a file the sink reads (token_file, ca_file, …) is relative to the config's folder
+        opts = {k: beside(v, path) if k.endswith("_file") and isinstance(v, str) else v
+                for k, v in spec.items() if k not in ("type", "name")}
         prefix = where.rsplit(": notify", 1)[0]  # file:line of this sink's entry
         out.append(SinkSpec(name, spec["type"], opts, f"{prefix}: notify.sinks.{name}"))
     return tuple(out)

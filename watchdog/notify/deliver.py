@@ -63,6 +63,11 @@ class Worker(threading.Thread):
         self._last_send = -1e18
         self.sent = 0
         self.failed = 0
+        # refusals since the sink last accepted something, in this run: a sink whose
+        # latest answer was a refusal (a wrong token: every page refused) is down
+        self.refused = 0
+        self.refused_since: float | None = None
+        self.refused_error: str | None = None
 
     def stop(self) -> None:
         self.stopping.set()
@@ -133,6 +138,10 @@ class Worker(threading.Thread):
                              "reported) VALUES (?, NULL, NULL, 0) ON CONFLICT(sink) DO UPDATE "
                              "SET failing_since = NULL, reported = 0", (name,))
                 self.sent += 1
+                if self.refused:
+                    self.refused, self.refused_since, self.refused_error = 0, None, None
+                    self.events.put(("recovered", name, f"sink {name} accepts notifications "
+                                     "again"))
                 if was and was[1]:
                     self.events.put(("recovered", name, f"sink {name} delivers again"))
                 return
@@ -143,6 +152,9 @@ class Worker(threading.Thread):
                              "ON CONFLICT(sink) DO UPDATE SET last_error = excluded.last_error",
                              (name, result.error))
                 self.failed += 1
+                self.refused += 1
+                self.refused_since = self.refused_since or now
+                self.refused_error = result.error
                 log.error("sink %s refused a notification (not retried): %s", name,
                           result.error)
                 self.events.put(("failed", name, f"sink {name} refused a notification: "

@@ -4,8 +4,11 @@
 It owns the policy (on the pipeline's tick thread and the pipeline's clock) and one
 delivery worker per sink (their own threads, database connections and the wall clock).
 The agent's own trouble (a sink refusing a notification, a sink failing for longer than
-``sink_fail_after``, a full outbox) is logged, shown in ``watchdog status`` and sent to the
-other sinks as a ``meta`` notification.
+``sink_fail_after``, a full outbox) is logged and shown in ``watchdog status``. A sink that
+is *down* (:meth:`Notifier.down`: its latest answer in this run was a refusal, such as
+Slack's ``invalid_auth`` for a wrong token, or it has failed for ``sink_fail_after``)
+becomes an ``agent`` incident of the pipeline's, routed to the sinks that work
+(:mod:`watchdog.pipeline.own`), and ``watchdog_notify_sink_up`` 0.
 """
 
 from __future__ import annotations
@@ -68,7 +71,7 @@ class Notifier:
         self.policy.observe(changes, self.clock())
 
     def tick(self, now: float) -> None:
-        self._report_events(now)
+        self._report_events()
         queued = self.policy.tick(now, self.sinks)
         for n in queued:
             w = self.workers.get(n.sink)
@@ -77,18 +80,18 @@ class Notifier:
         if time.monotonic() - self._status_at >= 5.0:
             self._refresh_status()
 
-    def _report_events(self, now: float) -> None:
+    def _report_events(self) -> None:
+        """The workers' news (a refusal, a sink failing, recovering) into ``problems``;
+        the status (and :meth:`down`) is refreshed now rather than within 5 s. The other
+        sinks hear of a down sink through its ``agent`` incident, which resolves when it
+        recovers (no message per refusal)."""
         while True:
             try:
-                kind, sink, text = self.events.get_nowait()
+                _kind, _sink, text = self.events.get_nowait()
             except queue.Empty:
                 return
             self.problems = [*self.problems[-9:], text]
-            others = [s for s in self.sinks if s != sink]
-            if kind != "recovered" and others:
-                self.policy.meta(f"{text} (host {self.policy.host})", now, others)
-            for s in others:
-                self.workers[s].wake.set()
+            self._status_at = -1e18
 
     def drain(self, seconds: float | None = None) -> int:
         """Give the workers up to ``seconds`` (default ``drain_timeout``) to empty the
@@ -136,6 +139,33 @@ class Notifier:
         """For ``watchdog status`` (cached: safe to call from the metrics thread)."""
         return self._status or {"sinks": {}}
 
+    def down(self) -> dict[str, tuple[str, str]]:
+        """Sinks that are down now: name -> (severity, why in words) of the ``agent``
+        incident about each (:meth:`_down`); from the cached status."""
+        return {name: (s["down_severity"], s["down"])
+                for name, s in (self._status.get("sinks") or {}).items() if s.get("down")}
+
+    def _down(self, w: Worker, failing_since: float | None, error: str | None,
+              wall: float) -> dict[str, Any]:
+        """``down`` (why in words, or None) and ``down_severity``: critical when the sink
+        carries critical pages (the routes send it some), else warning."""
+        name = w.sink.name
+        why = None
+        if w.refused:
+            at = time.strftime("%H:%M UTC", time.gmtime(w.refused_since or wall))
+            why = (f"alerting sink {name} ({w.sink.type}) refuses every notification since "
+                   f"{at} ({w.refused} refused, not retried): {w.refused_error}. Pages routed "
+                   f"only to {name} are lost: fix its token, URL or channel, then run "
+                   "`watchdog alerts test --config FILE`")
+        elif failing_since is not None and wall - failing_since >= self.cfg.sink_fail_after:
+            why = (f"alerting sink {name} ({w.sink.type}) has failed for "
+                   f"{(wall - failing_since) / 60:.0f} min (retrying): {error}. Its pages "
+                   "wait in the outbox and go out once it answers")
+        from watchdog.incident import KINDS
+
+        critical = any(name in self.cfg.sinks_for("critical", k) for k in KINDS)
+        return {"down": why, "down_severity": "critical" if critical else "warning"}
+
     def _refresh_status(self) -> None:
         self._status_at = time.monotonic()
         wall = self.wall()
@@ -155,10 +185,13 @@ class Notifier:
         for name, s in self.sinks.items():
             n, oldest = pend.get(name, (0, None))
             since, err = rows.get(name, (None, None))
+            w = self.workers[name]
             sinks[name] = {"type": s.type, "pending": n, "sent": sent.get(name, 0),
                            "oldest_pending_s": None if oldest is None else round(wall - oldest, 1),
                            "failing_since": since, "last_error": err,
-                           "undeliverable": failed.get(name, 0)}
+                           "undeliverable": failed.get(name, 0),
+                           "refused": w.refused, "refused_since": w.refused_since,
+                           **self._down(w, since, err, wall)}
         firing = sum(1 for a in self.policy.alerts.values() if a.state != "resolved")
         self._status = {"sinks": sinks, "alerts_firing": firing, "dropped": self.policy.dropped,
                         "silences": silences, "problems": self.problems[-5:]}

@@ -23,7 +23,7 @@ Stages, in the order Alertmanager's notify pipeline runs them:
    notified while it fires; if it had been notified, its resolve still is.
    (The rules' own ``inhibited_by`` stops an incident from being raised at all; this
    layer only decides who hears of incidents that exist, and keeps them in ``alerts``.)
-4. **Routing** by severity and kind to named sinks (default: every sink).
+4. **Routing** by severity and kind to named sinks (default: every sink; ``sinks_for``).
 5. **Grouping** by host (and Slurm job id): one notification lists every alert of the
    group; a new group waits ``group_wait``, later changes ``group_interval``, a group
    that still fires and did not change is re-sent after ``repeat_interval``.
@@ -292,7 +292,8 @@ class Policy:
         view: dict[str, Alert] = {}
         for a in members:
             fp = a.alert.fingerprint
-            if sink not in self.cfg.sinks_for(a.alert.severity, a.alert.kind):
+            if sink not in self.cfg.sinks_for(a.alert.severity, a.alert.kind,
+                                              down=a.alert.labels.get("sink")):
                 continue
             if a.state == "resolved":
                 if sent.get(fp, [None])[0] == "firing" and self.cfg.send_resolved:

@@ -28,7 +28,7 @@ from watchdog.clock import Clock
 from watchdog.detect.learned import LEVELS_VERSION, trusted_levels
 from watchdog.errors import SourceUnavailable
 from watchdog.incident import Incident
-from watchdog.pipeline.own import OwnIncidents
+from watchdog.pipeline.own import OwnIncidents, sinks_down
 from watchdog.pipeline.ports import Alerting, AnomalyHook, Recording
 from watchdog.pipeline.settings import Settings
 from watchdog.pipeline.status import TickStats, status_doc
@@ -264,6 +264,8 @@ class LivePipeline:
     def _deliver(self, now: float, changes: list[tuple[str, Incident]]) -> None:
         if self.store is not None:
             self.own.storage(now, self.store.db, changes)
+        if self.notifier is not None and hasattr(self.notifier, "down"):
+            sinks_down(self.own, now, self.notifier.down(), changes)
         for what, inc in changes:
             self._store_incident(now, inc)
             for notify in self.notifiers:

@@ -96,3 +96,30 @@ class OwnIncidents:
         old = self.active.get(CORRUPT_RULE)
         if old is not None and now - old.started_at >= CORRUPT_NOTICE_S:
             self.resolve(now, CORRUPT_RULE, "notice period over", changes)
+
+
+# --- an alerting sink that is down -------------------------------------------------------------
+SINK_RULE = "sink_down"
+OWN_RULES[SINK_RULE] = "agent"
+
+
+def sinks_down(own: OwnIncidents, now: float, down: dict[str, tuple[str, str]],
+               changes: Changes) -> None:
+    """One ``agent`` incident (rule ``sink_down``, label ``sink``) per alerting sink that
+    is down (``down``: name -> (severity, why), :meth:`Notifier.down`); resolved once the
+    sink delivers again. The policy routes it to the other sinks only
+    (:meth:`NotifyConfig.sinks_for`): a page about Slack refusing everything must not wait
+    in Slack's queue. Critical when the sink carries critical pages."""
+    for name, (severity, why) in sorted(down.items()):
+        key = f"{SINK_RULE}/{name}"
+        if key in own.active:
+            continue
+        inc = Incident(kind="agent", severity=severity, host=own._host() or "localhost",
+                       gpus=[], uuids=[], started_at=now, fired_at=now, resolved_at=None,
+                       rule=SINK_RULE, summary=why, evidence={"sink": name},
+                       labels={"sink": name})
+        own.active[key] = inc
+        changes.append(("firing", inc))
+    for key in [k for k in own.active if k.startswith(f"{SINK_RULE}/")]:
+        if key.split("/", 1)[1] not in down:
+            own.resolve(now, key, "the sink delivers again", changes)

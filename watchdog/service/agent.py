@@ -39,6 +39,8 @@ class Agent:
     jobs: Any = None  # what the node runs (watchdog.service.jobs.JobTracker)
     fleet: Any = None  # the fleet's view of the job (watchdog.service.fleet.FleetView)
     slurm: Any = None  # drains and resumes the node (watchdog.service.slurm.SlurmActor)
+    gpus: Any = None  # this agent's claim on the node's GPUs (GpuClaim)
+    exit_code: int = 0  # 2 once a claim found another agent on the GPUs
     _metrics_retry_at: float = 0.0
 
     def announce(self) -> None:
@@ -88,13 +90,15 @@ class Agent:
         self.daemon.on_ready = self.announce
         self.daemon.install_signals()
         try:
-            return self.daemon.run()
+            return self.daemon.run() or self.exit_code
         finally:
             if self.fleet is not None:
                 self.fleet.stop()
             if self.slurm is not None:
                 self.slurm.stop()
             p.close()
+            if self.gpus is not None:
+                self.gpus.release()
             for s in self.servers:
                 try:
                     s.shutdown()
@@ -108,6 +112,16 @@ class Agent:
             if self.lock is not None:
                 self.lock.release()
             log.info("stopped after %d ticks", p.stats.ticks)
+
+    def refused(self, e: Exception) -> None:
+        """Another agent claimed the GPUs before this one could (NVML came back after
+        both started): this one never notifies and stops with exit 2."""
+        log.error("%s; stopping (exit 2)", e)
+        notifier, self.pipeline.notifier = self.pipeline.notifier, None
+        if notifier is not None:
+            notifier.close()
+        self.exit_code = 2
+        self.daemon.stop()
 
     def reload(self) -> str:
         """SIGHUP: re-read the config and rules; raise WatchdogError to keep the old ones.
@@ -136,6 +150,82 @@ class Agent:
             notes.append(f"interval now {new.interval:g}s")
         self.cfg = new
         return "; ".join([f"{self.cfg.path}: {len(rules)} rules", *notes])
+
+
+class GpuClaim:
+    """This agent's claim on the GPUs it watches (:mod:`watchdog.store.claims`: one agent
+    per node). Taken when the source first opens: at start where NVML answers, else at
+    the first open that works. A claim refused then (another agent started meanwhile)
+    stops this agent with exit 2 and mutes it first (``on_refused``)."""
+
+    def __init__(self, info: dict[str, Any], wanted: bool) -> None:
+        self.info = info
+        self.pending = wanted
+        self.claims: Any = None
+        self.on_refused: Any = None  # (SecondAgent) -> None, set by build()
+
+    def take(self, source: Any) -> None:
+        """Claim ``source``'s GPUs (once); raises SecondAgent or InputError."""
+        from watchdog.store.claims import claim, claims_dir
+
+        if not self.pending:
+            return
+        self.claims = claim([d.uuid for d in source.devices()], self.info)
+        self.pending = False
+        if self.claims is None:
+            log.warning("GPUs not claimed: cannot create %s, so an agent started later "
+                        "cannot see this one (run as root or the service's user)",
+                        claims_dir())
+
+    def opener(self, spec: str, options: Any, first: Any) -> Any:
+        """The pipeline's source opener: ``first`` (the source opened at start, or None),
+        then new ones, each claimed until a claim is held."""
+        from watchdog.errors import SourceUnavailable
+        from watchdog.sources import open_live
+        from watchdog.store.claims import SecondAgent
+
+        handed = [first]
+
+        def open_source(now: float) -> Any:
+            source = handed.pop() if handed and handed[0] is not None else \
+                open_live(spec, options, start=now)
+            handed.clear()
+            try:
+                self.take(source)
+            except SecondAgent as e:
+                source.close()
+                if self.on_refused is not None:
+                    self.on_refused(e)
+                raise SourceUnavailable(str(e)) from None
+            return source
+
+        return open_source
+
+    def release(self) -> None:
+        if self.claims is not None:
+            self.claims.release()
+            self.claims = None
+
+
+def _claim_at_start(spec: str, options: Any, clock: Clock, gpus: GpuClaim) -> Any:
+    """Open an nvml source now and claim its GPUs (SecondAgent: refused, exit 2); the
+    open source goes to the pipeline. None where NVML does not answer yet: the claim is
+    then taken at the first open that works."""
+    from watchdog.errors import SourceUnavailable
+    from watchdog.sources import open_live
+
+    if not gpus.pending:
+        return None
+    try:
+        source = open_live(spec, options, start=clock.now())
+    except SourceUnavailable:
+        return None
+    try:
+        gpus.take(source)
+    except BaseException:
+        source.close()
+        raise
+    return source
 
 
 def _detector_factory(settings: Settings, host: str | None) -> Any:
@@ -226,18 +316,22 @@ def _slurm(cfg: Any, pipeline: Any, db: Any) -> Any:
 
 def build(cfg: Any, *, spec: str, options: Any, interval: float, speed: float,
           rules_override: list[str], state_dir: str | None, demo: bool, clock: Clock,
-          stop_after: float | None, load_config: Any = None) -> Agent:
+          stop_after: float | None, load_config: Any = None, shadow: bool = False) -> Agent:
     """Everything ``watchdog run`` needs, from a validated config and the command line,
     in one pass: every collaborator is built before the pipeline that uses it.
 
     Order matters: the state directory is locked first (a second agent changes nothing),
     then everything that can refuse the start is checked (rules, sinks and their secrets,
-    the model file), and only then is the state database opened and changed."""
+    the model file, the claim on the GPUs), and only then is the state database opened
+    and changed. ``shadow``: beside the node's agent (``run --shadow``): no claim on the
+    GPUs, and no notification ever (no sink is started)."""
+    import os
+
     from watchdog.detect import load_rules
     from watchdog.notify.console import IncidentLog
     from watchdog.pipeline.live import LivePipeline
     from watchdog.service.daemon import Daemon
-    from watchdog.sources import kind_of, open_live
+    from watchdog.sources import kind_of
     from watchdog.store import resolve_state_dir
     from watchdog.store.agent import AgentStore
     from watchdog.store.lock import acquire
@@ -245,6 +339,8 @@ def build(cfg: Any, *, spec: str, options: Any, interval: float, speed: float,
 
     sdir = resolve_state_dir(state_dir or cfg.state_dir)
     lock = acquire(sdir)
+    gpus: GpuClaim | None = None
+    first = None
     try:
         settings = Settings(interval, load_rules(rules_override or list(cfg.rules) or None))
         sinks = None
@@ -262,12 +358,20 @@ def build(cfg: Any, *, spec: str, options: Any, interval: float, speed: float,
             recorder = Recorder(cfg.record.dir, cfg.record.keep_s, source=spec, host=host)
         jobs, tee = _jobs(cfg)
         tee.recorder = recorder
+        gpus = GpuClaim({"pid": os.getpid(), "state_dir": str(sdir), "host": host,
+                         "started_at": getattr(clock, "real", clock.now)()},
+                        wanted=namespace == "nvml" and not shadow)
+        first = _claim_at_start(spec, options, clock, gpus)
         db = Store(sdir)
         store = AgentStore(db, namespace)
     except BaseException:
+        if first is not None:
+            first.close()
+        if gpus is not None:
+            gpus.release()
         lock.release()
         raise
-    notifier = _notifier(cfg, sinks, db, clock, host, settings)
+    notifier = None if shadow else _notifier(cfg, sinks, db, clock, host, settings)
     fleet = None
     if notifier is not None:
         notifier.policy.job_of = lambda uuids: (
@@ -279,7 +383,7 @@ def build(cfg: Any, *, spec: str, options: Any, interval: float, speed: float,
             fleet = FleetView(url, host or socket.gethostname())
             notifier.policy.job_clear = fleet.job_clear
     pipeline = LivePipeline(
-        lambda now: open_live(spec, options, start=now), _detector_factory(settings, host),
+        gpus.opener(spec, options, first), _detector_factory(settings, host),
         clock, spec=spec, settings=settings, store=store,
         notifiers=[IncidentLog(clock.now, stamp=speed != 1)],
         notifier=notifier, recorder=tee, host=host, anomaly=anomaly)
@@ -291,9 +395,14 @@ def build(cfg: Any, *, spec: str, options: Any, interval: float, speed: float,
     agent = Agent(cfg=cfg, spec=spec, pipeline=pipeline, daemon=None,
                   rules_override=rules_override, state_dir=sdir, lock=lock, db=db,
                   load_config=load_config, settings=settings, jobs=jobs, fleet=fleet,
-                  slurm=slurm)
+                  slurm=slurm, gpus=gpus)
     agent.daemon = Daemon(pipeline, interval=interval, speed=speed, stop_at=stop_at,
                           reload=agent.reload, maintain=agent.maintain)
+    gpus.on_refused = agent.refused
+    if shadow:
+        pipeline.extra_status["shadow"] = True
+        log.warning("SHADOW agent (--shadow): watches and records beside the node's agent "
+                    "and never notifies")
     if cfg.metrics_listen:
         from watchdog.service.metrics import parse_listen
 

@@ -247,7 +247,8 @@ class PipelineCollector:
         oldest = GaugeMetricFamily("watchdog_notify_oldest_pending_seconds", "Age of the "
                                    "oldest queued notification.", labels=labels)
         sink_up = GaugeMetricFamily("watchdog_notify_sink_up", "0 while the sink keeps "
-                                    "failing (retried), else 1.", labels=labels)
+                                    "failing (retried) or refuses what it is sent, else 1.",
+                                    labels=labels)
         sent = CounterMetricFamily("watchdog_notify_sent", "Notifications the sink accepted.",
                                    labels=labels)
         failed = CounterMetricFamily("watchdog_notify_undeliverable", "Notifications the "
@@ -256,7 +257,8 @@ class PipelineCollector:
             key = [node, name, str(sk.get("type") or "")]
             pending.add_metric(key, float(sk.get("pending") or 0))
             oldest.add_metric(key, float(sk.get("oldest_pending_s") or 0.0))
-            sink_up.add_metric(key, 0.0 if sk.get("failing_since") else 1.0)
+            sink_up.add_metric(key, 0.0 if sk.get("failing_since") or sk.get("refused")
+                               else 1.0)
             sent.add_metric(key, float(sk.get("sent") or 0))
             failed.add_metric(key, float(sk.get("undeliverable") or 0))
         yield from (pending, oldest, sink_up, sent, failed)

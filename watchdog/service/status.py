@@ -18,6 +18,13 @@ def stale(doc: dict[str, Any], written: float | None, now: float) -> bool:
         now - float(doc.get("now") or 0.0) > 30.0
 
 
+def down_sinks(doc: dict[str, Any]) -> list[str]:
+    """The alerting sinks that are down (refusing everything, or failing for longer than
+    ``sink_fail_after``): ``watchdog status`` exits 1 while there is one."""
+    sinks = (doc.get("alerting") or {}).get("sinks") or {}
+    return sorted(name for name, s in sinks.items() if s.get("down"))
+
+
 def _t(ts: float | None) -> str:
     if ts is None:
         return "never"
@@ -28,6 +35,11 @@ def render(doc: dict[str, Any], now: float) -> str:
     """A short report: state line, GPUs, timing, errors, incidents, learned waits."""
     lines = []
     state = "STOPPED" if doc.get("stopped_at") else "STALE" if doc.get("stale") else "RUNNING"
+    if doc.get("shadow"):
+        state += " as a SHADOW (--shadow: never notifies)"
+    down = down_sinks(doc)
+    if down and state.startswith("RUNNING"):
+        state += f" but ALERTING DOWN ({', '.join(down)})"
     up = float(doc.get("now") or now) - float(doc.get("started_at") or now)
     lines.append(f"agent {state} on {doc.get('host')} · source {doc.get('source')} "
                  f"({doc.get('source_state')}) · version {doc.get('version')} · up "
@@ -85,6 +97,8 @@ def _agent_lines(doc: dict[str, Any]) -> list[str]:
     if db.get("mode") == "memory":
         out.append(f"  state: MEMORY ONLY ({db.get('reason')}); written to disk as soon as "
                    "it can be")
+    if doc.get("config_error"):
+        out.append(f"  config: BROKEN, a reload keeps the running one: {doc['config_error']}")
     rl = doc.get("reload")
     if rl:
         out.append(f"  last reload {_t(rl.get('at'))}: "
@@ -168,6 +182,11 @@ def _alerting_lines(al: dict[str, Any]) -> list[str]:
            f"silence(s) · {al.get('dropped', 0)} dropped by a full outbox"]
     for name, s in sorted((al.get("sinks") or {}).items()):
         state = "FAILING since " + _t(s["failing_since"]) if s.get("failing_since") else "ok"
+        if s.get("refused"):
+            state = (f"DOWN: refuses every notification since {_t(s.get('refused_since'))} "
+                     f"({s['refused']} refused; pages routed only here are lost)")
+        elif s.get("down"):
+            state = "DOWN: " + state
         line = (f"  {name} ({s.get('type')}): {state} · sent {s.get('sent', 0)} · pending "
                 f"{s.get('pending', 0)}")
         if s.get("oldest_pending_s") is not None:

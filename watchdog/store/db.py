@@ -192,7 +192,12 @@ def _who_may(path: Path) -> str:
         group = grp.getgrgid(st.st_gid).gr_name
     except (OSError, KeyError):
         return "run it as root or as the service's user"
-    return f"run it as root, as {owner}, or as a member of group {group}"
+    who = ["root"] + [f"as {owner}"] * (owner != "root")
+    if group != "root":
+        who.append(f"as a member of group {group}")
+    if len(who) == 1:
+        return "run it as root"
+    return "run it as " + ", ".join(who[:-1]) + (", or " if len(who) > 2 else " or ") + who[-1]
 
 
 def _fault_of(e: BaseException, path: Path) -> str:

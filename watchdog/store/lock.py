@@ -69,7 +69,16 @@ def acquire(state_dir: str | os.PathLike[str]) -> StateLock:
 
 def holder(fd: int) -> int | None:
     """The pid holding a ``flock`` on the file behind ``fd`` (from ``/proc/locks``)."""
-    st = os.fstat(fd)
+    return _holder(os.fstat(fd))
+
+
+def holder_of(path: str | os.PathLike[str]) -> int | None:
+    """The pid holding a ``flock`` on ``path`` (a state directory), without opening it:
+    a command asking whether an agent runs there never takes (nor needs) the lock."""
+    return _holder(os.stat(path))
+
+
+def _holder(st: os.stat_result) -> int | None:
     want = (os.major(st.st_dev), os.minor(st.st_dev), st.st_ino)
     try:
         text = Path("/proc/locks").read_text()
