@@ -119,6 +119,9 @@ _WORDS: dict[str, tuple[str, str]] = {
     "peer_util": ("its peers' utilization", "%"),
     "peer_clock": ("its peers' SM clock", "% of max"),
     "mem_pct": ("memory used", "%"), "growth": ("memory growth", "MiB/s"),
+    "grew_pct": ("memory grew in 15 min", "points"),
+    "mib_per_min": ("memory growth", "MiB/min"),
+    "full_in_min": ("memory full in about", "min"),
     "sm_activity": ("SM activity", "%"),
     "code": ("XID", ""), "xid": ("XID", ""),
     "width": ("PCIe link width", ""), "gen": ("PCIe generation", ""),
@@ -130,7 +133,7 @@ _WORDS: dict[str, tuple[str, str]] = {
     "remapped": ("rows remapped for uncorrectable errors", ""),
     "limit_w": ("power limit", "W"), "limit_c": ("slowdown temperature", "C"),
     "work_c": ("hottest while working before", "C"),
-    "worked": ("worked before going idle", "% of 5 min"),
+    "worked": ("worked before going idle", "% of the job's last 30 min"),
 }
 _FLAGS: dict[str, str] = {"brake": "power brake", "remap_pending": "row remap pending",
                           "remap_failure": "row remap failed"}
