@@ -155,13 +155,15 @@ def run_alerts(args: argparse.Namespace) -> int:
     if args.json:
         print(json.dumps({"alerts": alerts, "silences": silences, "outbox": sinks}))
         return 0
+    from watchdog.escape import line as one_line
+
     if not alerts:
         print("no alerts")
     for a, line in zip(alerts, lines, strict=True):
-        print(f"{line}  [{a['fingerprint']}]")
+        print(one_line(f"{line}  [{a['fingerprint']}]"))
         for n in a["notifications"]:
             err = f" ({n['last_error']})" if n["last_error"] else ""
-            print(f"    {n['sink']:12} {n['reason']:8} {n['state']}{err}")
+            print(one_line(f"    {n['sink']:12} {n['reason']:8} {n['state']}{err}"))
     for name, d in sorted(sinks.items()):
         sent = d.get("sent", {})
         last = (time.strftime("%H:%M:%S UTC", time.gmtime(sent["last_at_epoch"]))
@@ -169,10 +171,11 @@ def run_alerts(args: argparse.Namespace) -> int:
         line = (f"sink {name}: {sent.get('count', 0)} delivered (last {last}), "
                 f"{d.get('pending', {}).get('count', 0)} pending, "
                 f"{d.get('failed', {}).get('count', 0)} undeliverable")
-        print(line + (f"; last error: {d['last_error']}" if d.get("last_error") else ""))
+        print(one_line(line + (f"; last error: {d['last_error']}" if d.get("last_error")
+                               else "")))
     for s in silences:
         until = time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime(s["ends_at_epoch"]))
-        print(f"silence {s['id']}: {s['what']} muted until {until}: {s['comment']}")
+        print(one_line(f"silence {s['id']}: {s['what']} muted until {until}: {s['comment']}"))
     return 0
 
 

@@ -221,13 +221,14 @@ def run(args: argparse.Namespace) -> int:
                             for n in r.notes]}
         sys.stdout.write(json.dumps(doc) + "\n")
     else:
+        from watchdog.escape import line as one_line
         from watchdog.report.table import format_table, gpu_legend
 
         for r in results:
             s = r.source_json()
             gpus = f"{s['gpus']} GPU{'' if s['gpus'] == 1 else 's'}"
-            print(f"{r.path}: host {s['host']}, {gpus}, {s['samples']} samples, "
-                  f"{s['start']} .. {s['end']}")
+            print(one_line(f"{r.path}: host {s['host']}, {gpus}, {s['samples']} samples, "
+                           f"{s['start']} .. {s['end']}"))
         print(format_table(incidents))
         legend = gpu_legend(incidents)
         if legend:

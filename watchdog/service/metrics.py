@@ -32,6 +32,7 @@ from typing import Any
 
 from watchdog import reasons as R
 from watchdog.errors import InputError
+from watchdog.escape import label
 from watchdog.incident import KINDS
 
 log = logging.getLogger("watchdog.metrics")
@@ -101,7 +102,7 @@ class PipelineCollector:
 
         p = self.pipeline
         s = p.stats
-        node = p.host or ""
+        node = label(p.host or "")
         with p._lock:  # a consistent view: not in the middle of a tick
             samples = list(p.last_samples)
             incidents = [] if p.detector is None else [
@@ -124,8 +125,8 @@ class PipelineCollector:
                                labels=["node", "job_id", "scheduler", "run", "namespace",
                                        "pod"])
         for job, _gpus in jobs:
-            ji.add_metric([node, job.id, job.scheduler, job.run or "", job.namespace or "",
-                           job.pod or ""], 1.0)
+            ji.add_metric([node, *(label(v or "") for v in (job.id, job.scheduler, job.run,
+                                                             job.namespace, job.pod))], 1.0)
         yield ji
         up = GaugeMetricFamily("watchdog_source_up", "1 when the GPUs can be read.",
                                labels=["node"])
@@ -156,13 +157,13 @@ class PipelineCollector:
 
     def _job_label(self, uuid: str) -> str:
         job = self.jobs.gpu_job(uuid) if self.jobs is not None else None
-        return job.id if job is not None else ""
+        return label(job.id) if job is not None else ""
 
     def _gpus(self, node: str, samples: list[Any], incidents: list[Any]) -> Iterator[Any]:
         from prometheus_client.core import GaugeMetricFamily
 
         labels = ["node", "gpu", "uuid", "job_id"]
-        keys = {smp.uuid: [node, str(smp.index), smp.uuid, self._job_label(smp.uuid)]
+        keys = {smp.uuid: [node, str(smp.index), label(smp.uuid), self._job_label(smp.uuid)]
                 for smp in samples}
         for metric, name, doc, scale in GPU_GAUGES:
             fam = GaugeMetricFamily(name, doc, labels=labels)
@@ -253,7 +254,7 @@ class PipelineCollector:
         failed = CounterMetricFamily("watchdog_notify_undeliverable", "Notifications the "
                                      "sink refused for good (4xx, redirect).", labels=labels)
         for name, sk in sorted((st.get("sinks") or {}).items()):
-            key = [node, name, str(sk.get("type") or "")]
+            key = [node, label(name), label(sk.get("type") or "")]
             pending.add_metric(key, float(sk.get("pending") or 0))
             oldest.add_metric(key, float(sk.get("oldest_pending_s") or 0.0))
             sink_up.add_metric(key, 0.0 if sk.get("failing_since") else 1.0)

@@ -26,6 +26,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from watchdog.errors import InputError
+from watchdog.escape import label, line
 from watchdog.incident import iso
 from watchdog.notify import render
 from watchdog.notify.base import Accepted, Alert, Notification, Result
@@ -44,13 +45,14 @@ def am_alert(a: Alert, now: float | None = None) -> dict[str, Any]:
         labels["job_id"] = a.job_id
     if a.scope == "gpu" and len(a.gpus) == 1:  # stable: a per-GPU alert never changes GPU
         labels["gpu"] = a.gpus[0]
-    ann = {"summary": a.summary, "title": render.headline(a, now),
-           "gpus": ",".join(a.gpus) or "node"}
+    labels = {k: label(v) for k, v in labels.items()}
+    ann = {"summary": line(a.summary), "title": render.headline(a, now),
+           "gpus": line(",".join(a.gpus) or "node")}
     ev = render.evidence(a)
     if ev:
         ann["evidence"] = ev
     if a.uuids:
-        ann["uuids"] = ",".join(a.uuids)
+        ann["uuids"] = line(",".join(a.uuids))
     link = render.runbook_link(a)
     if link:
         ann["runbook_url"] = link
