@@ -53,8 +53,9 @@ from watchdog.store.store import Store
 log = logging.getLogger("watchdog.notify")
 
 RuleInfo = Callable[[str], tuple[str, str | None]]  # rule name -> (scope, runbook)
-#: an incident's GPU UUIDs -> (job id, episode) of the one job they run, or None
-JobOf = Callable[[list[str]], tuple[str, str] | None]
+#: an incident's GPU UUIDs -> (job id, episode) of the one job they run, or None; the
+#: episode is None for a job no scheduler vouches for (never job-wide)
+JobOf = Callable[[list[str]], tuple[str, str | None] | None]
 #: (kind, job id) -> True: no other node of the job is in it; False: some are; None: unknown
 JobClear = Callable[[str, str], bool | None]
 FLEET_HOLD_MAX_S = 3600.0  # a job-wide resolve is never held longer for the fleet

@@ -249,8 +249,11 @@ def build(cfg: Any, *, spec: str, options: Any, interval: float, speed: float,
     notifier = _notifier(cfg, sinks, db, clock, host, settings)
     fleet = None
     if notifier is not None:
+        # a job only a process's environment names labels the page but never joins the
+        # job's incident (no episode: not job-wide)
         notifier.policy.job_of = lambda uuids: (
-            (j.id, j.episode) if (j := jobs.job_for(uuids)) is not None else None)
+            (j.id, j.episode if j.trusted else None) if (j := jobs.job_for(uuids)) is not None
+            else None)
         url = getattr(getattr(cfg, "job", None), "prometheus", None)
         if url:
             from watchdog.service.fleet import FleetView
