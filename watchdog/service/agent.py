@@ -106,14 +106,15 @@ class Agent:
             log.info("stopped after %d ticks", p.stats.ticks)
 
     def reload(self) -> str:
-        """SIGHUP: re-read the config and rules; raise WatchdogError to keep the old ones.
-        The interval and the rules change for every part at once (:class:`Settings`)."""
+        """SIGHUP: re-read the config and rules; raise (WatchdogError for a bad file) to
+        keep the old ones. Everything is read and checked before anything changes; the
+        interval and the rules then change for every part at once (:class:`Settings`), and
+        a failure while applying them puts the running ones back."""
         from watchdog.detect import load_rules
 
         if self.cfg.path is None:
             rules = load_rules(self.rules_override or None)
-            self.settings.update(rules=rules)
-            self.pipeline.replace_detector()
+            self._apply(None, rules)
             return f"rules reloaded ({len(rules)} rules)"
         if self.load_config is None:
             from watchdog.errors import WatchdogError
@@ -126,12 +127,25 @@ class Agent:
                     "notify", "job"):
             if getattr(new, key) != getattr(self.cfg, key):
                 notes.append(f"{key} changed: takes effect at the next restart")
-        changed = self.settings.update(interval=new.interval, rules=rules)
-        self.pipeline.replace_detector()
+        changed = self._apply(new.interval, rules)
         if "interval" in changed:
             notes.append(f"interval now {new.interval:g}s")
         self.cfg = new
         return "; ".join([f"{self.cfg.path}: {len(rules)} rules", *notes])
+
+
+    def _apply(self, interval: float | None, rules: Any) -> frozenset[str]:
+        """Put ``interval`` and ``rules`` in force; on any failure the running ones are put
+        back (and the failure raised for the reload to report)."""
+        old_interval, old_rules = self.settings.interval, self.settings.rules
+        try:
+            changed = self.settings.update(interval=interval, rules=rules)
+            self.pipeline.replace_detector()
+        except BaseException:
+            self.settings.update(interval=old_interval, rules=old_rules)
+            self.pipeline.replace_detector()
+            raise
+        return changed
 
 
 def _detector_factory(settings: Settings, host: str | None) -> Any:
