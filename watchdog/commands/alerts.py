@@ -17,7 +17,7 @@ root next to a running service.
                                     "sent_at", "sent_at_epoch"}]}],
      "silences": [as `watchdog silence list --json`],
      "outbox": {SINK: {"sent"|"pending"|"failed": {"count", "last_at", "last_at_epoch"},
-                       "last_error": str|null}}}
+                       "last_error": str|null, "dropped": int (when some were)}}}
 
 Times as everywhere in these commands: ``NAME`` ISO 8601 with zone, ``NAME_epoch`` POSIX
 seconds. ``state`` ``resolving`` with ``alert.resolved_at`` set (listed as CLEARED): the
@@ -150,6 +150,10 @@ def run_alerts(args: argparse.Namespace) -> int:
                                                            ("last_at",))
         for sink, err in conn.execute("SELECT sink, last_error FROM notify_sinks"):
             sinks.setdefault(sink, {})["last_error"] = err
+        from watchdog.notify.outbox import dropped
+
+        for sink, n in dropped(conn).items():
+            sinks.setdefault(sink, {})["dropped"] = n
     finally:
         conn.close()
     if args.json:
@@ -171,6 +175,9 @@ def run_alerts(args: argparse.Namespace) -> int:
         line = (f"sink {name}: {sent.get('count', 0)} delivered (last {last}), "
                 f"{d.get('pending', {}).get('count', 0)} pending, "
                 f"{d.get('failed', {}).get('count', 0)} undeliverable")
+        if d.get("dropped"):
+            line += (f", {d['dropped']} superseded dropped by a full outbox (each group's "
+                     "newest state kept)")
         print(one_line(line + (f"; last error: {d['last_error']}" if d.get("last_error")
                                else "")))
     for s in silences:
@@ -185,6 +192,7 @@ def run_test(args: argparse.Namespace) -> int:
 
     from watchdog import config as config_mod
     from watchdog.errors import InputError
+    from watchdog.escape import line as one_line
     from watchdog.notify.base import Accepted, Notification, Retry
     from watchdog.notify.notifier import build_sinks
 
@@ -211,7 +219,9 @@ def run_test(args: argparse.Namespace) -> int:
             result = sink.send(n, result.memory)
         ok = isinstance(result, Accepted)
         bad += not ok
-        print(f"{name} ({sink.type}): {'delivered' if ok else type(result).__name__.lower()}"
-              + ("" if ok else f": {result.error}"))
+        said = (result.answer if isinstance(result, Accepted) else result.error) or ""
+        print(one_line(f"{name} ({sink.type}): "
+                       f"{'delivered' if ok else type(result).__name__.lower()}"
+                       + (f": {said}" if said else "")))
         sink.close()
     return 1 if bad else 0

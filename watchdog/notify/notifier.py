@@ -17,6 +17,7 @@ from collections.abc import Callable
 from typing import Any
 
 from watchdog.incident import Incident
+from watchdog.notify import outbox
 from watchdog.notify import store as st
 from watchdog.notify.config import NotifyConfig
 from watchdog.notify.deliver import Worker
@@ -148,9 +149,9 @@ class Notifier:
                                    "'failed' GROUP BY sink").fetchall()),
                     dict(c.execute("SELECT sink, COUNT(*) FROM notify_outbox WHERE state = "
                                    "'sent' GROUP BY sink").fetchall()),
-                    len(st.silences(c, wall)))
+                    len(st.silences(c, wall)), outbox.dropped(c))
 
-        pend, rows, failed, sent, silences = self.db.run(read)
+        pend, rows, failed, sent, silences, dropped = self.db.run(read)
         sinks = {}
         for name, s in self.sinks.items():
             n, oldest = pend.get(name, (0, None))
@@ -158,9 +159,11 @@ class Notifier:
             sinks[name] = {"type": s.type, "pending": n, "sent": sent.get(name, 0),
                            "oldest_pending_s": None if oldest is None else round(wall - oldest, 1),
                            "failing_since": since, "last_error": err,
-                           "undeliverable": failed.get(name, 0)}
+                           "undeliverable": failed.get(name, 0),
+                           "dropped": dropped.get(name, 0)}
         firing = sum(1 for a in self.policy.alerts.values() if a.state != "resolved")
-        self._status = {"sinks": sinks, "alerts_firing": firing, "dropped": self.policy.dropped,
+        self._status = {"sinks": sinks, "alerts_firing": firing,
+                        "dropped": sum(dropped.values()),
                         "silences": silences, "problems": self.problems[-5:]}
 
 

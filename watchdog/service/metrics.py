@@ -262,7 +262,9 @@ class PipelineCollector:
             failed.add_metric(key, float(sk.get("undeliverable") or 0))
         yield from (pending, oldest, sink_up, sent, failed)
         dropped = CounterMetricFamily("watchdog_notify_dropped", "Notifications a full "
-                                      "outbox refused.", labels=["node"])
+                                      "outbox merged into a newer one of their group or "
+                                      "dropped (never a group's newest state).",
+                                      labels=["node"])
         dropped.add_metric([node], float(st.get("dropped") or 0))
         yield dropped
         firing = GaugeMetricFamily("watchdog_notify_alerts_firing", "Alerts firing in the "

@@ -163,6 +163,8 @@ def _alerting_lines(al: dict[str, Any]) -> list[str]:
             line += f" (oldest {duration(s['oldest_pending_s'])})"
         if s.get("undeliverable"):
             line += f" · undeliverable {s['undeliverable']}"
+        if s.get("dropped"):
+            line += f" · {s['dropped']} superseded dropped (outbox full)"
         if s.get("last_error"):
             line += f" · last error: {s['last_error']}"
         out.append(line)

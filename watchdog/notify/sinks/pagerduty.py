@@ -185,7 +185,9 @@ class PagerDutySink:
                 return result
             done.append(mark)
         mem.update(done=done, done_for=n.id)
-        return Accepted(mem)
+        return Accepted(mem, "accepted: " + ", then ".join(
+            ("trigger" if m.endswith("trigger") or m == "meta" else "resolve")
+            for m, _ in steps) + f" (dedup_key {key})")
 
     def close(self) -> None:
         try:

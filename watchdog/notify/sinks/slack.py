@@ -158,7 +158,8 @@ class SlackSink:
                 r = self.client.chat_postMessage(channel=self.channel, **msg)
                 if n.reason not in ("meta", "test"):
                     mem.update(channel=r["channel"], ts=r["ts"])
-                return Accepted(mem)
+                return Accepted(mem, line(f"ok from {http.host_of(self.client.base_url)} "
+                                          f"(channel {r.get('channel')}, ts {r.get('ts')})"))
             if mem.get("updated_for") != n.id:
                 self.client.chat_update(channel=mem["channel"], ts=mem["ts"], **msg)
                 mem["updated_for"] = n.id
@@ -175,7 +176,10 @@ class SlackSink:
             return failure_result(e, "slack webhook: ")
         except Exception as e:  # noqa: BLE001 - anything else the client raises
             return Retry(clean(f"slack webhook: {type(e).__name__}: {e}"))
-        return by_status(r.status_code, str(r.body), r.headers, what="slack webhook: ")
+        result = by_status(r.status_code, str(r.body), r.headers, what="slack webhook: ")
+        if isinstance(result, Accepted):
+            return Accepted(result.memory, f"HTTP {r.status_code}: {line(str(r.body)[:40])}")
+        return result
 
     def close(self) -> None:
         return None
