@@ -136,6 +136,7 @@ _WORDS: dict[str, tuple[str, str]] = {
     "limit_w": ("power limit", "W"), "limit_c": ("slowdown temperature", "C"),
     "work_c": ("hottest while working before", "C"),
     "worked": ("worked before going idle", "% of 5 min"),
+    "unwatched_s": ("not watched for", "s"),
 }
 _FLAGS: dict[str, str] = {"brake": "power brake", "remap_pending": "row remap pending",
                           "remap_failure": "row remap failed"}

@@ -278,7 +278,7 @@ def build(cfg: Any, *, spec: str, options: Any, interval: float, speed: float,
         lambda now: open_live(spec, options, start=now), _detector_factory(settings, host),
         clock, spec=spec, settings=settings, store=store,
         notifiers=[IncidentLog(clock.now, stamp=speed != 1)],
-        notifier=notifier, recorder=tee, host=host, anomaly=anomaly)
+        notifier=notifier, recorder=tee, host=host, anomaly=anomaly, watch_gaps=speed == 1)
     tee.status_to = pipeline.extra_status
     if fleet is not None:
         fleet.start()
