@@ -228,3 +228,15 @@ def test_any_failure_of_a_reload_keeps_the_agent_running(error: Exception) -> No
     assert d.reload_state is not None and d.reload_state["ok"] is False
     assert type(error).__name__ in d.reload_state["message"]
     assert p.ticks > ticks + 2 and not t.is_alive()
+
+
+def test_a_wait_longer_than_the_configs_retention_is_refused(tmp_path: Path) -> None:
+    """rules: `retention: 1h` and a rule with `for: 2h`: `watchdog run` refuses it with
+    the rule's file and line (its pending state would outlive the database's memory)"""
+    f = rule_file(tmp_path, for_="2h")
+    cfg = tmp_path / "w.yaml"
+    cfg.write_text(f"source: sim:healthy\nstate_dir: {tmp_path / 's'}\nretention: 1h\n"
+                   f"rules: [{f}]\n")
+    o = run(["run", "--config", str(cfg), "--duration", "2s"], timeout=60)
+    line = refused_by_name(o, f, "for: 2 h is longer than the config's retention (1 h)")
+    assert line.startswith(f"watchdog: error: {f}:5:"), line

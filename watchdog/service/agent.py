@@ -122,6 +122,7 @@ class Agent:
             raise WatchdogError("this agent was built without a config loader")
         new = self.load_config(self.cfg.path)
         rules = load_rules(self.rules_override or list(new.rules) or None)
+        within_retention(rules, getattr(new, "retention_s", None))
         notes = []
         for key in ("source", "state_dir", "host", "metrics_listen", "record", "model",
                     "notify", "job"):
@@ -146,6 +147,27 @@ class Agent:
             self.pipeline.replace_detector()
             raise
         return changed
+
+
+def within_retention(rules: Any, retention_s: float | None) -> None:
+    """Refuse a rule that waits longer than the state database keeps anything (the
+    config's ``retention:``): its pending state would outlive what it is about. The rule
+    language caps every wait at 7 days already (``docs/rules.md``, Limits)."""
+    if not retention_s:
+        return
+    from watchdog.errors import InputError
+    from watchdog.notify.render import how_long
+
+    for r in rules:
+        waits = [("for", r.for_s), ("keep_firing_for", r.keep_firing_for)]
+        if r.learned is not None:
+            waits += [("for", r.learned.min), ("for", r.learned.margin)]
+        for key, secs in waits:
+            if secs > retention_s:
+                raise InputError(f"{r.file}:{r.key_lines.get(key, r.line)}: rule {r.name}: "
+                                 f"{key}: {how_long(secs)} is longer than the config's "
+                                 f"retention ({how_long(retention_s)}), all the state "
+                                 "database keeps")
 
 
 def _detector_factory(settings: Settings, host: str | None) -> Any:
@@ -240,6 +262,7 @@ def build(cfg: Any, *, spec: str, options: Any, interval: float, speed: float,
     lock = acquire(sdir)
     try:
         settings = Settings(interval, load_rules(rules_override or list(cfg.rules) or None))
+        within_retention(settings.rules, getattr(cfg, "retention_s", None))
         sinks = None
         if cfg.notify is not None and cfg.notify.sinks:
             from watchdog.notify.notifier import build_sinks
