@@ -6,7 +6,11 @@ fleet rules (``rules/prometheus/fleet.yml``, ``watchdog rules export --prometheu
 these series across nodes. The collector reads the pipeline's latest tick when scraped,
 so an unscraped endpoint costs nothing per tick. Default port 9849: not
 nvidia_gpu_exporter's 9835 nor dcgm-exporter's 9400. A failed bind is logged and shown by
-``watchdog status``; it never stops the agent.
+``watchdog status``; it never stops the agent. The HTTP server
+(:mod:`watchdog.service.metrics_http`) runs on one thread with a bounded number of
+sockets and a deadline per connection: no number of idle connections to the port can
+take the agent's file descriptors or delay its ticks. Label values from a job or a GPU go
+through :func:`watchdog.escape.label`.
 
 Conventions (Prometheus/OpenMetrics): base units in the name (``_watts``, ``_bytes``,
 ``_celsius``, ``_hertz``, ``_seconds``, ``_ratio`` for 0-1), counters end in ``_total``,
@@ -292,11 +296,13 @@ def serve(pipeline: Any, host: str, port: int, quiet: bool = False,
     """Start the endpoint; returns ``(server or None, error or None)``; never raises.
     ``quiet``: a failure is only returned, not logged (the agent's retries)."""
     try:
-        from prometheus_client import CollectorRegistry, start_http_server
+        from prometheus_client import CollectorRegistry
+
+        from watchdog.service.metrics_http import MetricsServer
 
         registry = CollectorRegistry(auto_describe=False)
         registry.register(PipelineCollector(pipeline, jobs))
-        server, _thread = start_http_server(port, addr=host, registry=registry)
+        server = MetricsServer(registry, host, port).start()
     except Exception as e:  # noqa: BLE001 - a taken port is a finding, not a crash
         msg = f"metrics endpoint {host}:{port} not started: {type(e).__name__}: {e}"
         if not quiet:
