@@ -9,6 +9,7 @@ journal and no incident: only ``status`` showed the missed ticks. Now a gap of m
 from __future__ import annotations
 
 import logging
+import re
 import signal
 import time
 from collections.abc import Iterator
@@ -89,7 +90,7 @@ def hook() -> Iterator[Server]:
 
 @pytest.mark.slow
 def test_a_stopped_agent_says_so_in_the_journal(tmp_path: Path, hook: Server) -> None:
-    """time: `kill -STOP` for 5 s on a running agent: one `no tick for` line after
+    """time: `kill -STOP` for 5 s on a running agent: a `no tick for 5 s` line after
     `kill -CONT`, and the agent goes on"""
     cfg = write_config(tmp_path, tmp_path / "state", hook, source="sim:healthy")
     a = Agent(cfg, speed=1, duration="60s")
@@ -105,5 +106,7 @@ def test_a_stopped_agent_says_so_in_the_journal(tmp_path: Path, hook: Server) ->
     finally:
         if a.p.poll() is None:
             a.p.kill()
+    # one line for the stop (a busy machine may add one for a late tick of its own)
     lines = [x for x in a.log().splitlines() if "no tick for" in x]
-    assert len(lines) == 1 and "the GPUs were not watched" in lines[0], a.log()
+    assert lines and all("the GPUs were not watched" in x for x in lines), a.log()
+    assert any(re.search(r"no tick for [5-9] s", x) for x in lines), lines
