@@ -250,3 +250,19 @@ notify:
     assert not any(x.startswith("CRITICAL") for x in st.stdout.splitlines()), st.stdout
     assert "H100\\x1b]0;owned\\x07\\nCRITICAL" in st.stdout
     assert "is not a job id (digits only): dropped" in st.stdout, st.stdout
+
+
+def test_replay_shows_what_a_log_says_escaped(tmp_path: Path) -> None:
+    """escape: a log whose column name, host and GPU UUID hold ESC sequences and a newline:
+    `watchdog replay` prints its warnings, table and GPU legend escaped"""
+    f = tmp_path / "log.csv"
+    rows = "".join(f"2024/01/01 00:{m:02d}:00.000, 0, GPU-x\x1b[2J\nCRITICAL, 100, 1, 0x0040\n"
+                   for m in range(10))
+    f.write_text("timestamp, index, uuid, power.draw [W], \x1b]0;owned\x07col [X], "
+                 "clocks_event_reasons.active\n" + rows.replace("\nCRITICAL", "\\nCRITICAL"))
+    p = subprocess.run([sys.executable, "-m", "watchdog", "replay", str(f)],
+                       capture_output=True, text=True, timeout=120)
+    assert p.returncode == 0, p.stderr[-2000:]
+    assert "\\x1b]0;owned\\x07col" in p.stderr, p.stderr
+    for out in (p.stdout, p.stderr):
+        assert not RAW_CONTROL.search(out), out

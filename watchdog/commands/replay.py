@@ -208,11 +208,13 @@ def coverage_lines(path: str, notes: list[Any]) -> list[str]:
 
 def run(args: argparse.Namespace) -> int:
     """Entry point of ``watchdog replay``."""
+    from watchdog.escape import line as one_line
+
     results, rules = replay(args)
     incidents = [inc for r in results for inc in r.incidents]
     for r in results:  # once per log
         for line in coverage_lines(r.path, r.notes):
-            print(line, file=sys.stderr)
+            print(one_line(line), file=sys.stderr)
     if args.json:
         doc = {"incidents": [inc.to_json() for inc in incidents],
                "sources": [r.source_json() for r in results],
@@ -221,7 +223,6 @@ def run(args: argparse.Namespace) -> int:
                             for n in r.notes]}
         sys.stdout.write(json.dumps(doc) + "\n")
     else:
-        from watchdog.escape import line as one_line
         from watchdog.report.table import format_table, gpu_legend
 
         for r in results:
