@@ -104,14 +104,17 @@ def test_every_shipped_rule_and_documented_example_is_far_inside_the_limits() ->
     rules = loader.load_rules(None)
     docs = (Path(__file__).resolve().parent.parent / "docs" / "rules.md").read_text()
     exprs = [r.condition_src for r in rules]
+    summaries = [r.summary for r in rules]
     for block in re.findall(r"```ya?ml\n(.*?)```", docs, re.S):  # the documented examples
         try:
             doc = yaml.safe_load(block)
         except yaml.YAMLError:
             continue
         items = doc.get("rules") if isinstance(doc, dict) else doc
-        exprs += [str(r["condition"]) for r in items or [] if isinstance(r, dict)
-                  and "condition" in r]
+        examples = [r for r in items or [] if isinstance(r, dict) and "condition" in r]
+        exprs += [str(r["condition"]) for r in examples]
+        summaries += [str(r["summary"]) for r in examples if "summary" in r]
+    assert len(exprs) > len(rules) and len(summaries) > len(rules)  # the examples count
     level = [0]
     enter = lang._Parser.enter
 
@@ -133,8 +136,8 @@ def test_every_shipped_rule_and_documented_example_is_far_inside_the_limits() ->
     count, depth = max(size(n)[0] for n in nodes), max(size(n)[1] for n in nodes)
     assert 4 * tokens <= lang.MAX_TOKENS and 4 * level[0] <= lang.MAX_NESTING
     assert 4 * count <= lang.MAX_NODES and 4 * depth <= lang.MAX_DEPTH
-    specs = [spec for r in rules for _, f, spec, _ in string.Formatter().parse(r.summary) if f]
-    specs += re.findall(r"\{[a-z_]+:([^}]*)\}", docs)
+    specs = [spec for text in summaries for _, f, spec, _ in string.Formatter().parse(text)
+             if f]
     widths = [int(m.group(1) or 0) for s in specs if (m := re.match(r"\D*(\d*)", s))]
     precs = [int(m.group(1)) for s in specs if (m := re.search(r"\.(\d+)", s))]
     assert 4 * max(widths) <= loader.MAX_FORMAT_WIDTH
