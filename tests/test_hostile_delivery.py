@@ -18,6 +18,7 @@ import json
 import os
 import random
 import shutil
+import signal
 import socket
 import sqlite3
 import subprocess
@@ -180,11 +181,20 @@ def test_a_sink_down_through_a_whole_incident_gets_its_resolve(tmp_path: Path) -
         assert "superseded dropped by a full outbox" in listing, listing
         status = wd("status", "--config", str(cfg)).stdout
         assert "superseded dropped (outbox full)" in status, status
+        # the sink is back; the agent restarts on a healthy node and sends what is queued
+        # once the row's backoff (on the real clock, up to a few tens of seconds) is over
         hook.default = Reply(200)
-        p = subprocess.run([sys.executable, "-m", "watchdog", "run", "--config", str(cfg),
-                            "--speed", "60", "--duration", "1m"], capture_output=True,
-                           text=True, timeout=120, env={**os.environ, "HOME": str(tmp_path)})
-        assert p.returncode == 0, p.stderr[-3000:]
+        cfg.write_text(cfg.read_text().replace(SIM, "sim:healthy"))
+        q = subprocess.Popen([sys.executable, "-m", "watchdog", "run", "--config", str(cfg),
+                              "--speed", "60", "--duration", "2h"], stdout=subprocess.DEVNULL,
+                             stderr=subprocess.PIPE, text=True,
+                             env={**os.environ, "HOME": str(tmp_path)})
+        end = time.monotonic() + 90
+        while not hook.requests and time.monotonic() < end and q.poll() is None:
+            time.sleep(0.2)
+        q.send_signal(signal.SIGTERM)
+        _, err = q.communicate(timeout=60)
+        assert q.returncode == 0, err[-3000:]
     pages = [(r.body["reason"], r.body["status"]) for r in hook.requests]
     assert pages and pages[-1] == ("resolved", "resolved"), pages
     assert ("new", "firing") not in pages[1:]
