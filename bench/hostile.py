@@ -2,11 +2,14 @@
 
 The cases are the tests in ``tests/test_hostile_*.py`` (issue 16's list: a second agent,
 storage faults, misbehaving sinks, a clock that steps, inputs without bounds, admin
-access, operator clarity; issue 32's operator mistakes in ``test_hostile_operator.py``),
-each through the real command with a bound on time and memory. This script runs them
-all, slow ones included, and prints one line per case: the case as an operator would name
-it (the test's docstring), HELD or BROKEN (or SKIPPED with the reason: some need root,
-libfaketime or openssl), and its wall time.
+access, operator clarity; issue 32's: rule bombs and reloads, a flood on the metrics
+port, a job's identity and every medium's escaping, a full outbox, ``alerts test``, log
+GPU indices, the agent's own gaps, secrets on one line, and the operator mistakes of
+``test_hostile_operator.py``), each through the real command with a bound on time and
+memory (``bench/metrics_flood.py`` measures the page delay under a flood of idle
+connections). This script runs them all, slow ones included, and prints one line per
+case: the case as an operator would name it (the test's docstring), HELD or BROKEN (or
+SKIPPED with the reason: some need root, libfaketime or openssl), and its wall time.
 
     python bench/hostile.py            # everything
     python bench/hostile.py -k sinks   # a subset (pytest -k)

@@ -169,7 +169,8 @@ def tmpfs(tmp_path: Path) -> Iterator[Path]:
 
 
 def fill(mnt: Path) -> None:
-    with open(mnt / "fill", "wb") as f:
+    # unbuffered: a short last write must not leave bytes for close() to fail on
+    with open(mnt / "fill", "wb", buffering=0) as f:
         try:
             while True:
                 f.write(b"\0" * 65536)

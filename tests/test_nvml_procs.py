@@ -20,9 +20,20 @@ def _proc(root, pid, comm=None, environ=None, cgroup=None):
 
 def test_slurm_job_from_environ(tmp_path):
     _proc(tmp_path, 10, "python\n", b"HOME=/root\0SLURM_JOB_ID=48213\0SLURM_STEP_ID=0\0",
-          "0::/system.slice/slurmstepd.scope/job_99/step_0/user/task_0\n")
+          "0::/user.slice/user-1000.slice/session-3.scope\n")
     p = describe(10, 512.0, str(tmp_path))
     assert (p.pid, p.name, p.used_memory_mib, p.job_id) == (10, "python", 512.0, "48213")
+    assert (p.job_from, p.job_note) == ("environ", None)
+
+
+def test_the_cgroups_job_wins_over_the_environment(tmp_path):
+    """A user can set SLURM_JOB_ID to another job's id; the job_<id> cgroup Slurm made
+    cannot be chosen: it wins, and the claim is a note."""
+    _proc(tmp_path, 10, "python\n", b"SLURM_JOB_ID=48213\0SLURM_RESTART_COUNT=3\0",
+          "0::/system.slice/slurmstepd.scope/job_99/step_0/user/task_0\n")
+    p = describe(10, 512.0, str(tmp_path))
+    assert (p.job_id, p.job_run, p.job_from) == ("99", None, "cgroup")
+    assert p.job_note == "pid 10: SLURM_JOB_ID 48213 is not its cgroup's job 99: dropped"
 
 
 def test_slurm_job_from_cgroup_when_environ_unreadable(tmp_path):

@@ -51,5 +51,8 @@ def error_line(e: WatchdogError) -> str:
     """``watchdog: error: <message>``, plus the error's ``hint`` (such as "try the
     simulator") only for a person at a terminal, never in a log, a page or a probe's
     output a script reads."""
+    from watchdog.escape import line
+
     hint = getattr(e, "hint", None)
-    return f"watchdog: error: {e}" + (f" ({hint})" if hint and sys.stderr.isatty() else "")
+    return line(f"watchdog: error: {e}" + (f" ({hint})" if hint and sys.stderr.isatty()
+                                           else ""))

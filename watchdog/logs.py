@@ -10,6 +10,9 @@
 * Every secret a sink reads (:func:`register_secret`, called by
   :func:`watchdog.notify.sinks.common.secret`) is replaced by ``***`` in every record of
   every logger, whatever library wrote it: the last line of defence.
+* Every message is one line: a newline, an escape sequence or a bidirectional override
+  that came from a job, a GPU or a log (a job id, a GPU's name, a reply) is shown escaped
+  (:func:`watchdog.escape.line`), so no field can print a fake line into the journal.
 """
 
 from __future__ import annotations
@@ -53,15 +56,18 @@ def redact(text: str) -> str:
 
 
 class SecretFilter(logging.Filter):
-    """Rewrites a record's message with :func:`redact` (and its traceback text)."""
+    """Rewrites a record's message with :func:`redact` and :func:`watchdog.escape.line`
+    (one line, nothing a terminal acts on), and redacts its traceback text."""
 
     def filter(self, record: logging.LogRecord) -> bool:
-        if not _secrets:
-            return True
+        from watchdog.escape import line
+
         msg = record.getMessage()
-        clean = redact(msg)
+        clean = line(redact(msg) if _secrets else msg)
         if clean != msg:
             record.msg, record.args = clean, None
+        if not _secrets:
+            return True
         if record.exc_info and not record.exc_text:
             record.exc_text = logging.Formatter().formatException(record.exc_info)
         if record.exc_text:

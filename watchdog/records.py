@@ -79,15 +79,22 @@ class ProcessInfo:
     pod_uid: str | None = None
     pod_namespace: str | None = None
     pod_name: str | None = None
+    # where job_id came from: "cgroup" (Slurm's job_<id> cgroup, which a user cannot
+    # forge), "environ" (only the process's own SLURM_JOB_ID: any user can set it, so it
+    # never joins a job-wide incident), None (the simulator, a recording)
+    job_from: str | None = None
+    # what was read and dropped (a SLURM_JOB_ID that is not digits...), for `status`
+    job_note: str | None = None
 
     def to_dict(self) -> dict[str, Any]:
-        """Plain dict; the run and Kubernetes fields only where known (recordings of
-        Slurm or bare-metal nodes stay as they were)."""
+        """Plain dict; the run, Kubernetes and provenance fields only where known
+        (recordings of Slurm or bare-metal nodes stay as they were)."""
         return {f: v for f in self.__slots__  # type: ignore[attr-defined]
                 if (v := getattr(self, f)) is not None or f not in _OPTIONAL_JOB_FIELDS}
 
 
-_OPTIONAL_JOB_FIELDS = frozenset({"job_run", "pod_uid", "pod_namespace", "pod_name"})
+_OPTIONAL_JOB_FIELDS = frozenset({"job_run", "pod_uid", "pod_namespace", "pod_name",
+                                  "job_from", "job_note"})
 
 
 @dataclass(frozen=True, slots=True)

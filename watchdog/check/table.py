@@ -38,6 +38,7 @@ from typing import TextIO
 
 from watchdog import reasons
 from watchdog.check.judge import RANK, GpuVerdict, Problem, Status, Verdict
+from watchdog.escape import line as one_line
 from watchdog.report.table import gpu_list
 
 _COLORS = {Status.OK: "32", Status.WARNING: "33", Status.CRITICAL: "1;31", Status.UNKNOWN: "35"}
@@ -140,15 +141,16 @@ def status_line(v: Verdict) -> str:
     _, label, text = said[0]
     more = len(said) - 1
     tail = f"; {more} more problem{'s' if more > 1 else ''}" if more else ""
-    return f"WATCHDOG {v.status.name} - {label}: {text}{tail}"
+    return one_line(f"WATCHDOG {v.status.name} - {label}: {text}{tail}")
 
 
 def header_line(v: Verdict) -> str:
     """Host, driver, GPU count (and expectation), burst length."""
     expected = f" (expected {v.expected_gpus})" if v.expected_gpus is not None else ""
     readings = max((g.samples for g in v.gpus), default=0)
-    return (f"host {v.host} · driver {v.driver or '-'} · {len(v.gpus)} GPUs{expected} · "
-            f"{readings} readings over {v.duration_s:.1f} s · source {v.source}")
+    return one_line(f"host {v.host} · driver {v.driver or '-'} · {len(v.gpus)} GPUs"
+                    f"{expected} · {readings} readings over {v.duration_s:.1f} s · source "
+                    f"{v.source}")
 
 
 def gpu_row(g: GpuVerdict) -> list[str]:
@@ -244,7 +246,7 @@ def render(v: Verdict, color: bool = False, width: int | None = None) -> str:
     rows: list[list[str]] = []
     statuses: list[Status] = []
     for g in v.gpus:
-        rows.append([*gpu_row(g)[:8], g.status.name, findings(g)])
+        rows.append([one_line(c) for c in (*gpu_row(g)[:8], g.status.name, findings(g))])
         statuses.append(g.status)
     widths = _fit(rows, width)
 
@@ -265,7 +267,8 @@ def render(v: Verdict, color: bool = False, width: int | None = None) -> str:
     if v.problems:
         lines.append("problems:")
         for severity, label, text in grouped(v.problems):
-            lines.append(f"  {paint(severity.name, severity, color)} {label}: {text}")
+            lines.append(f"  {paint(severity.name, severity, color)} {one_line(label)}: "
+                         f"{one_line(text)}")
     counts = {s: sum(1 for p in v.problems if p.severity is s) for s in Status}
     summary = ", ".join(f"{n} {s.name.lower()}" for s, n in counts.items() if n)
     lines.append(f"verdict: {paint(v.status.name, v.status, color)}"

@@ -19,7 +19,7 @@ as root next to a running service.
                                     "sent_at", "sent_at_epoch"}]}],
      "silences": [as `watchdog silence list --json`],
      "outbox": {SINK: {"sent"|"pending"|"failed": {"count", "last_at", "last_at_epoch"},
-                       "last_error": str|null}},
+                       "last_error": str|null, "dropped": int (when some were)}},
      "state_dir": str, "config_error": str|null}
 
 Times as everywhere in these commands: ``NAME`` ISO 8601 with zone, ``NAME_epoch`` POSIX
@@ -154,19 +154,25 @@ def run_alerts(args: argparse.Namespace) -> int:
                                                            ("last_at",))
         for sink, err in conn.execute("SELECT sink, last_error FROM notify_sinks"):
             sinks.setdefault(sink, {})["last_error"] = err
+        from watchdog.notify.outbox import dropped
+
+        for sink, n in dropped(conn).items():
+            sinks.setdefault(sink, {})["dropped"] = n
     finally:
         conn.close()
     if args.json:
         print(json.dumps({"alerts": alerts, "silences": silences, "outbox": sinks,
                           "state_dir": str(found.path), "config_error": broken}))
         return 0
+    from watchdog.escape import line as one_line
+
     if not alerts:
         print("no alerts")
     for a, line in zip(alerts, lines, strict=True):
-        print(f"{line}  [{a['fingerprint']}]")
+        print(one_line(f"{line}  [{a['fingerprint']}]"))
         for n in a["notifications"]:
             err = f" ({n['last_error']})" if n["last_error"] else ""
-            print(f"    {n['sink']:12} {n['reason']:8} {n['state']}{err}")
+            print(one_line(f"    {n['sink']:12} {n['reason']:8} {n['state']}{err}"))
     for name, d in sorted(sinks.items()):
         sent = d.get("sent", {})
         last = (time.strftime("%H:%M:%S UTC", time.gmtime(sent["last_at_epoch"]))
@@ -174,10 +180,14 @@ def run_alerts(args: argparse.Namespace) -> int:
         line = (f"sink {name}: {sent.get('count', 0)} delivered (last {last}), "
                 f"{d.get('pending', {}).get('count', 0)} pending, "
                 f"{d.get('failed', {}).get('count', 0)} undeliverable")
-        print(line + (f"; last error: {d['last_error']}" if d.get("last_error") else ""))
+        if d.get("dropped"):
+            line += (f", {d['dropped']} superseded dropped by a full outbox (each group's "
+                     "newest state kept)")
+        print(one_line(line + (f"; last error: {d['last_error']}" if d.get("last_error")
+                               else "")))
     for s in silences:
         until = time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime(s["ends_at_epoch"]))
-        print(f"silence {s['id']}: {s['what']} muted until {until}: {s['comment']}")
+        print(one_line(f"silence {s['id']}: {s['what']} muted until {until}: {s['comment']}"))
     return 0
 
 
@@ -187,6 +197,7 @@ def run_test(args: argparse.Namespace) -> int:
 
     from watchdog import config as config_mod
     from watchdog.errors import InputError
+    from watchdog.escape import line as one_line
     from watchdog.notify.base import Accepted, Notification, Retry
     from watchdog.notify.notifier import build_sinks
 
@@ -213,7 +224,9 @@ def run_test(args: argparse.Namespace) -> int:
             result = sink.send(n, result.memory)
         ok = isinstance(result, Accepted)
         bad += not ok
-        print(f"{name} ({sink.type}): {'delivered' if ok else type(result).__name__.lower()}"
-              + ("" if ok else f": {result.error}"))
+        said = (result.answer if isinstance(result, Accepted) else result.error) or ""
+        print(one_line(f"{name} ({sink.type}): "
+                       f"{'delivered' if ok else type(result).__name__.lower()}"
+                       + (f": {said}" if said else "")))
         sink.close()
     return 1 if bad else 0

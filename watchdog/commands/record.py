@@ -99,8 +99,10 @@ def convert_log(src: str, out: str, *, mapping: dict[str, str] | None, host: str
     from watchdog.sources.replay.recording_writer import RecordingWriter
 
     rec = open_log(src, mapping=mapping, host=host, tz=tz)
+    from watchdog.escape import line as one_line
+
     for w in rec.warnings:
-        print(f"watchdog: warning: {w}", file=sys.stderr)
+        print(one_line(f"watchdog: warning: {w}"), file=sys.stderr)
     with RecordingWriter(out, host=rec.host, devices=rec.devices(), source=src,
                          chunk_rows=chunk_rows) as writer:
         writer.write_recording(rec)

@@ -264,6 +264,8 @@ def summary_line(results: list[Any], skipped: list[tuple[str, str]]) -> str:
 
 def run(args: argparse.Namespace) -> int:
     """Entry point of ``watchdog replay``."""
+    from watchdog.escape import line as one_line
+
     results, rules = replay(args)
     incidents = [inc for r in results for inc in r.incidents]
     skipped = getattr(args, "skipped", [])
@@ -271,7 +273,7 @@ def run(args: argparse.Namespace) -> int:
         print(f"watchdog: error: {why} (skipped)", file=sys.stderr)
     for r in results:  # once per log
         for line in coverage_lines(r.path, r.notes):
-            print(line, file=sys.stderr)
+            print(one_line(line), file=sys.stderr)
     if args.json:
         doc: dict[str, Any] = {
             "incidents": [incident_json(r, inc) for r in results for inc in r.incidents],
@@ -293,8 +295,8 @@ def run(args: argparse.Namespace) -> int:
             gpus = f"{s['gpus']} GPU{'' if s['gpus'] == 1 else 's'}"
             job = "" if r.console is None else \
                 f", exit code {'unknown' if r.exit_code is None else r.exit_code}"
-            print(f"{r.path}: host {s['host']}, {gpus}, {s['samples']} samples, "
-                  f"{s['start']} .. {s['end']}{job}")
+            print(one_line(f"{r.path}: host {s['host']}, {gpus}, {s['samples']} samples, "
+                           f"{s['start']} .. {s['end']}{job}"))
         print(format_table(incidents))
         said = console_lines(results)
         if said:

@@ -5,6 +5,15 @@ Grammar and semantics are in ``docs/rules.md``. The parser builds a small immuta
 AST. Evaluation (vectorised, over numpy arrays) is in :mod:`watchdog.detect.evaluate`.
 Nothing here calls Python's ``eval``; names resolve only to catalogue metrics, derived
 signals and the functions listed below.
+
+Every expression is bounded where it is parsed (``docs/rules.md``, "Limits"), so no rule
+file can exhaust the parser's stack or the evaluator's: at most :data:`MAX_TOKENS` tokens,
+:data:`MAX_NESTING` levels of parentheses, calls, ``not`` and unary minus, and an AST of at
+most :data:`MAX_NODES` nodes and :data:`MAX_DEPTH` levels (a chain ``a or b or …`` is as
+deep as it is long). Each is at least 4x the largest of the shipped rules and the
+documented examples (124 tokens, 5 levels of nesting, 67 nodes, 12 levels). A longer
+expression is a :class:`LangError` at the column where it goes over, never a
+``RecursionError``.
 """
 
 from __future__ import annotations
@@ -22,6 +31,14 @@ PLAIN_FUNCS = {"present": (1, 1), "coalesce": (2, None), "abs": (1, 1)}
 NODE_FUNCS = ("count", "frac_gpus", "any_gpu", "all_gpus",
               "peer_median", "peer_mean", "peer_min", "peer_max")
 MAX_WINDOW_S = 3600.0
+#: the most tokens one expression may have (the shipped rules: at most 124)
+MAX_TOKENS = 1024
+#: the deepest nesting of parentheses, calls, ``not`` and unary minus (shipped: 5)
+MAX_NESTING = 32
+#: the most AST nodes one expression may have (shipped: 67)
+MAX_NODES = 512
+#: the deepest AST, a chain of ``and``/``or``/``+``… included (shipped: 12)
+MAX_DEPTH = 64
 
 _DURATION_UNITS = units.UNITS  # one grammar with options and `for:` (watchdog.units)
 _TOKEN = re.compile(r"""
@@ -62,6 +79,8 @@ def tokenize(src: str) -> list[Tok]:
             raise LangError(f"unexpected character {src[pos]!r}", pos + 1)
         col = pos + 1
         pos = m.end()
+        if len(out) >= MAX_TOKENS:
+            raise LangError(f"more than {MAX_TOKENS} tokens in one expression", col)
         # the alternative that matched (``unit`` closes after ``num``): one lookup, not a
         # group() per alternative (rules are parsed on every `watchdog check`)
         kind = m.lastgroup
@@ -172,6 +191,14 @@ class _Parser:
     def __init__(self, src: str) -> None:
         self.toks = tokenize(src)
         self.i = 0
+        self.level = 0  # current nesting (parentheses, calls, not, unary minus)
+
+    def enter(self, t: Tok) -> None:
+        """One nesting level deeper (at ``t``); refused beyond :data:`MAX_NESTING`."""
+        self.level += 1
+        if self.level > MAX_NESTING:
+            raise LangError(f"nested more than {MAX_NESTING} levels deep (parentheses, "
+                            "calls, not, unary minus)", t.col)
 
     def peek(self) -> Tok:
         return self.toks[self.i]
@@ -214,7 +241,10 @@ class _Parser:
 
     def not_(self) -> Node:
         if t := self.accept("kw", "not"):
-            return Unary(t.col, "not", self.not_())
+            self.enter(t)
+            node = Unary(t.col, "not", self.not_())
+            self.level -= 1
+            return node
         return self.cmp()
 
     def cmp(self) -> Node:
@@ -256,7 +286,10 @@ class _Parser:
 
     def unary(self) -> Node:
         if t := self.accept("op", "-"):
-            return Unary(t.col, "-", self.unary())
+            self.enter(t)
+            node = Unary(t.col, "-", self.unary())
+            self.level -= 1
+            return node
         return self.atom()
 
     def atom(self) -> Node:
@@ -266,12 +299,17 @@ class _Parser:
         if t.kind == "kw" and t.text in ("true", "false"):
             return Num(t.col, 1.0 if t.text == "true" else 0.0)
         if t.kind == "op" and t.text == "(":
+            self.enter(t)
             node = self.or_()
             self.expect("op", ")")
+            self.level -= 1
             return node
         if t.kind == "name":
             if self.accept("op", "("):
-                return self.call(t)
+                self.enter(t)
+                node = self.call(t)
+                self.level -= 1
+                return node
             return Name(t.col, t.text)
         raise _unexpected(t, "expected a number, a name or '('")
 
@@ -316,7 +354,25 @@ def parse(src: str) -> Node:
     """Parse ``src`` into an AST; raises LangError with a 1-based column."""
     if not src or not src.strip():
         raise LangError("empty expression", 1)
-    return _Parser(src).parse()
+    node = _Parser(src).parse()
+    _check_size(node)
+    return node
+
+
+def _check_size(root: Node) -> None:
+    """Refuse an AST of more than :data:`MAX_NODES` nodes or :data:`MAX_DEPTH` levels
+    (walked without recursion: this is what keeps every recursive walk after it safe)."""
+    stack = [(root, 1)]
+    count = 0
+    while stack:
+        node, depth = stack.pop()
+        count += 1
+        if count > MAX_NODES:
+            raise LangError(f"more than {MAX_NODES} terms in one expression", node.col)
+        if depth > MAX_DEPTH:
+            raise LangError(f"more than {MAX_DEPTH} levels deep (a chain of and/or/+ "
+                            "counts one level per term)", node.col)
+        stack.extend((c, depth + 1) for c in children(node))
 
 
 # --- static checks --------------------------------------------------------------------

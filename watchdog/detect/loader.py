@@ -3,6 +3,14 @@
 Files are composed with PyYAML into nodes (which carry line marks) and walked by hand, so
 every error names the file, the line and the offending key or token. The format is in
 ``docs/rules.md``. Every problem raises :class:`watchdog.errors.InputError` (one line).
+
+Everything a rule holds is bounded here, where it is read (``docs/rules.md``, "Limits"):
+the expressions by :mod:`watchdog.detect.lang`; a summary's format specs to a width of
+:data:`MAX_FORMAT_WIDTH` and a precision of :data:`MAX_FORMAT_PRECISION` (a
+``{temp:.1500000000f}`` once took 2.9 GB to check, and ended a reload in MemoryError), with
+no nested ``{}`` inside a spec; ``for:``, ``keep_firing_for:`` and a ``learned()`` wait's
+durations to :data:`MAX_FOR_S` (7 days: less than the 90 days the state database keeps
+anything, and a condition that must hold for a week before it pages is not an alert).
 """
 
 from __future__ import annotations
@@ -28,6 +36,17 @@ RULE_KINDS = tuple(k for k in KINDS if k not in OWN_KINDS)  # `agent` is the age
 KEYS = ("name", "kind", "severity", "scope", "condition", "for", "clear", "keep_firing_for",
         "inhibited_by", "evidence", "summary", "labels", "runbook")
 TEMPLATE_FIELDS = ("for_s", "gpus", "host", "rule", "kind", "n_gpus")
+#: the widest field a summary may format (characters; the shipped rules use none)
+MAX_FORMAT_WIDTH = 40
+#: the most digits after the point a summary may format (the shipped rules use 1; a double
+#: holds 17 significant digits)
+MAX_FORMAT_PRECISION = 12
+#: the longest ``for:``, ``keep_firing_for:`` or ``learned()`` duration (s): 7 days (the
+#: shipped rules: at most 5 min)
+MAX_FOR_S = 7 * 86400.0
+#: a format spec: [[fill]align][sign][z][#][0][width][grouping][.precision][type]
+_SPEC = re.compile(r"^(?:.?[<>=^])?[-+ ]?z?#?0?(?P<width>\d*)[,_]?(?:\.(?P<prec>\d+))?"
+                   r"[bcdeEfFgGnosxX%]?$", re.S)
 _NAME = re.compile(r"^[a-z][a-z0-9_]*$")
 _LEARNED = re.compile(r"^learned\((.*)\)$", re.S)
 
@@ -298,12 +317,17 @@ def _rule(node: yaml.Node, file: str) -> Rule:
         if m:
             learned = parse_learned_wait(m.group(1))
             for_s = learned.default
+            longest = max(learned.default, learned.min, learned.margin)
         else:
-            for_s = parse_duration(for_text, what="for")
+            for_s = longest = parse_duration(for_text, what="for")
         keep = parse_duration(scalar("keep_firing_for", "0") or "0", what="keep_firing_for")
     except InputError as e:
         raise err("for" if "keep_firing_for" not in str(e) else "keep_firing_for",
                   str(e)) from None
+    for key, secs in (("for", longest), ("keep_firing_for", keep)):
+        if secs > MAX_FOR_S:
+            raise err(key, f"{key}: {secs / 86400:.4g} days is longer than the "
+                      f"{MAX_FOR_S / 86400:g} days a rule may wait (docs/rules.md, Limits)")
 
     inhibited: list[str] = []
     if "inhibited_by" in fields:
@@ -365,6 +389,21 @@ def _runbook(value: str, file: str, err: Any) -> str:
               "(a path is relative to the rule file, or to the shipped rules)")
 
 
+def _check_spec(fname: str, spec: str, err: Any) -> None:
+    """A summary field's format spec, bounded before anything is formatted with it."""
+    m = _SPEC.match(spec)
+    if "{" in spec or "}" in spec or m is None:
+        raise err("summary", f"summary: field {{{fname}:{spec[:40]}}}: not a plain format "
+                  "spec (e.g. .0f, >6.1f)")
+    # compared as digit strings first: int() of a 5,000-digit width is an error of its own
+    width, prec = (m.group(k) or "0" for k in ("width", "prec"))
+    if len(width.lstrip("0")) > 6 or len(prec.lstrip("0")) > 6 or \
+            int(width) > MAX_FORMAT_WIDTH or int(prec) > MAX_FORMAT_PRECISION:
+        raise err("summary", f"summary: field {{{fname}:{spec[:40]}}}: width at most "
+                  f"{MAX_FORMAT_WIDTH} and precision at most {MAX_FORMAT_PRECISION} "
+                  "(docs/rules.md, Limits)")
+
+
 def _check_template(summary: str, evidence: set[str], err: Any) -> None:
     """Only plain names from evidence and TEMPLATE_FIELDS; the format must work."""
     allowed = evidence | set(TEMPLATE_FIELDS)
@@ -373,9 +412,10 @@ def _check_template(summary: str, evidence: set[str], err: Any) -> None:
     except ValueError as e:
         raise err("summary", f"summary: {e}") from None
     dummy: dict[str, Any] = {}
-    for _, fname, _spec, _conv in parsed:
+    for _, fname, spec, _conv in parsed:
         if fname is None:
             continue
+        _check_spec(fname, spec or "", err)
         if not fname.isidentifier():
             raise err("summary", f"summary: field {{{fname}}}: only plain names are allowed")
         if fname not in allowed:

@@ -76,9 +76,12 @@ class Notification:
 
 @dataclass(frozen=True, slots=True)
 class Accepted:
-    """The service accepted it. ``memory``: what to remember for the group."""
+    """The service accepted it. ``memory``: what to remember for the group. ``answer``:
+    what the service said, in a few words, no secrets (``HTTP 200 from am.example``), for
+    ``watchdog alerts test``."""
 
     memory: dict[str, Any] = field(default_factory=dict)
+    answer: str = ""
 
 
 @dataclass(frozen=True, slots=True)

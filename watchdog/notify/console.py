@@ -19,6 +19,7 @@ from collections.abc import Callable
 from datetime import UTC, datetime
 from typing import TextIO
 
+from watchdog.escape import line
 from watchdog.incident import Incident, gpu_list
 from watchdog.notify.render import age, how_long
 
@@ -32,8 +33,8 @@ def gpus_phrase(gpus: list[str]) -> str:
 
 def incident_line(state: str, inc: Incident, now: float) -> tuple[float, str]:
     """``(when, text)`` of one transition: FIRING/UPDATED/RESOLVED, severity, kind, host,
-    GPUs, summary, how long. ``now``: the agent's clock (an ``updated`` line's time, which
-    the incident does not carry)."""
+    GPUs, summary, how long, as one line (:func:`watchdog.escape.line`). ``now``: the
+    agent's clock (an ``updated`` line's time, which the incident does not carry)."""
     sev = f"{inc.severity.upper():8}"
     if state == "resolved":
         when = inc.resolved_at if inc.resolved_at is not None else now
@@ -52,7 +53,7 @@ def incident_line(state: str, inc: Incident, now: float) -> tuple[float, str]:
     where = gpus_phrase(inc.gpus)
     # a summary that names its GPUs itself ("GPU 7 XID 13") gets no second prefix
     prefix = "" if inc.summary.startswith(("GPU ", "GPUs ")) else f" {where}:"
-    return when, f"{head} {inc.kind:16} {inc.host}{prefix} {inc.summary}{tail}"
+    return when, line(f"{head} {inc.kind:16} {inc.host}{prefix} {inc.summary}{tail}")
 
 
 class ConsoleNotifier:

@@ -55,12 +55,15 @@ def group_key(host: str, job_id: str | None) -> str:
     return f"{host}/job={job_id}" if job_id else host
 
 
-def identity(inc: Any, scope: str, job: tuple[str, str] | None) -> tuple[str, str | None]:
+def identity(inc: Any, scope: str,
+             job: tuple[str, str | None] | None) -> tuple[str, str | None]:
     """``(fingerprint, job id)`` of incident ``inc`` whose rule has ``scope`` (``gpu`` or
     ``node``), on GPUs running ``job`` (``(job id, episode)`` or None): the job's
-    fingerprint for a job-wide kind with a job, else the node's own."""
+    fingerprint for a job-wide kind with a job, else the node's own. A job whose episode
+    is None (only a process's environment named it: anyone can claim any id) labels the
+    alert but never makes it the job's."""
     job_id = job[0] if job else (inc.labels.get("job_id") or inc.labels.get("slurm_job_id"))
-    if job is not None and inc.kind in JOB_WIDE:
+    if job is not None and job[1] is not None and inc.kind in JOB_WIDE:
         return job_fingerprint(inc.kind, job[0], job[1]), job_id
     per_gpu = scope == "gpu" and len(inc.uuids) == 1
     return fingerprint(inc.kind, inc.host, inc.rule, inc.labels,

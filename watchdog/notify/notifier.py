@@ -20,6 +20,7 @@ from collections.abc import Callable
 from typing import Any
 
 from watchdog.incident import Incident
+from watchdog.notify import outbox
 from watchdog.notify import store as st
 from watchdog.notify.config import NotifyConfig
 from watchdog.notify.deliver import Worker
@@ -178,9 +179,9 @@ class Notifier:
                                    "'failed' GROUP BY sink").fetchall()),
                     dict(c.execute("SELECT sink, COUNT(*) FROM notify_outbox WHERE state = "
                                    "'sent' GROUP BY sink").fetchall()),
-                    len(st.silences(c, wall)))
+                    len(st.silences(c, wall)), outbox.dropped(c))
 
-        pend, rows, failed, sent, silences = self.db.run(read)
+        pend, rows, failed, sent, silences, dropped = self.db.run(read)
         sinks = {}
         for name, s in self.sinks.items():
             n, oldest = pend.get(name, (0, None))
@@ -191,9 +192,11 @@ class Notifier:
                            "failing_since": since, "last_error": err,
                            "undeliverable": failed.get(name, 0),
                            "refused": w.refused, "refused_since": w.refused_since,
+                           "dropped": dropped.get(name, 0),
                            **self._down(w, since, err, wall)}
         firing = sum(1 for a in self.policy.alerts.values() if a.state != "resolved")
-        self._status = {"sinks": sinks, "alerts_firing": firing, "dropped": self.policy.dropped,
+        self._status = {"sinks": sinks, "alerts_firing": firing,
+                        "dropped": sum(dropped.values()),
                         "silences": silences, "problems": self.problems[-5:]}
 
 

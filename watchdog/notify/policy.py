@@ -44,6 +44,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from watchdog.incident import Incident
+from watchdog.notify import outbox
 from watchdog.notify import store as st
 from watchdog.notify.base import Alert, Notification
 from watchdog.notify.config import NotifyConfig
@@ -53,8 +54,9 @@ from watchdog.store.store import Store
 log = logging.getLogger("watchdog.notify")
 
 RuleInfo = Callable[[str], tuple[str, str | None]]  # rule name -> (scope, runbook)
-#: an incident's GPU UUIDs -> (job id, episode) of the one job they run, or None
-JobOf = Callable[[list[str]], tuple[str, str] | None]
+#: an incident's GPU UUIDs -> (job id, episode) of the one job they run, or None; the
+#: episode is None for a job no scheduler vouches for (never job-wide)
+JobOf = Callable[[list[str]], tuple[str, str | None] | None]
 #: (kind, job id) -> True: no other node of the job is in it; False: some are; None: unknown
 JobClear = Callable[[str, str], bool | None]
 FLEET_HOLD_MAX_S = 3600.0  # a job-wide resolve is never held longer for the fleet
@@ -93,6 +95,7 @@ class Policy:
         self.cfg = cfg
         self.db = db
         db.migrate("notify", st.STEPS)
+        db.migrate("notify_dropped", outbox.STEPS)
         self.wall = wall  # silences and outbox rows: real time, not a simulated clock
         self.host = host
         self.rule_info = rule_info
@@ -104,7 +107,7 @@ class Policy:
         self._fleet_held: set[str] = set()
         self._silences: list[dict[str, Any]] = []
         self._silences_at = -1e18
-        self.dropped = 0  # notifications refused by a full outbox
+        self.dropped = 0  # notifications a full outbox merged away or dropped (this run)
         self._load(now)
 
     # --- restart ---------------------------------------------------------------------------
@@ -356,8 +359,6 @@ class Policy:
         if not queued and (only_rows or not self._pending_writes(now)):
             return  # nothing changed: no transaction (a COMMIT is an fsync every tick)
         wall = self.wall()
-        rows = [(n.sink, n.group_key, n.reason, st.notification_to_json(n), wall)
-                for n in queued]
         forget = [] if only_rows else self._forgettable(now)
         alerts = [] if only_rows else [
             (fp, a.group, st.alert_to_json(a.alert), a.state, a.hold_until, json.dumps(a.fires),
@@ -366,16 +367,20 @@ class Policy:
                                         json.dumps({**gs.sent, "__instance__": gs.instance}))
                                        for k, gs in self.groups.items() if gs.dirty]
 
-        def write(c: sqlite3.Connection) -> list[tuple[str, str, int]]:
-            refused = []
+        def write(c: sqlite3.Connection) -> list[tuple[str, int, str, bool]]:
+            dropped = []
             with st.transaction(c):
-                for row in rows:
-                    full = self._room(c, row[0])
-                    if full is not None:
-                        refused.append((row[0], row[1], full))
+                for n in queued:  # a full outbox gives way (watchdog.notify.outbox)
+                    keep, k, what = outbox.make_room(c, n, self.cfg.outbox_max)
+                    if k:
+                        outbox.count(c, n.sink, k, wall, what)
+                        dropped.append((n.sink, k, what, keep is None))
+                    if keep is None:
                         continue
                     c.execute("INSERT INTO notify_outbox (sink, group_key, reason, doc, "
-                              "created_at, next_at) VALUES (?, ?, ?, ?, ?, 0)", row)
+                              "created_at, next_at) VALUES (?, ?, ?, ?, ?, 0)",
+                              (keep.sink, keep.group_key, keep.reason,
+                               st.notification_to_json(keep), wall))
                 for fp in forget:
                     c.execute("DELETE FROM notify_alerts WHERE fp = ?", (fp,))
                 c.executemany(
@@ -395,12 +400,12 @@ class Policy:
                             "sink) DO UPDATE SET created_at = excluded.created_at, "
                             "last_sent_at = excluded.last_sent_at, sent = excluded.sent",
                             (g, sink, created, last, sent))
-            return refused
+            return dropped
 
-        for sink, group, pending in self.db.run(write):
-            self.dropped += 1
-            log.error("outbox for sink %s is full (%d pending): notification about %s dropped",
-                      sink, pending, group)
+        for sink, k, what, refused in self.db.run(write):
+            self.dropped += k
+            (log.error if refused else log.warning)(
+                "outbox for sink %s is full (%d): %s", sink, self.cfg.outbox_max, what)
         for fp in forget:
             self.alerts.pop(fp, None)
         for fp, *_ in alerts:
@@ -428,19 +433,6 @@ class Policy:
         return [fp for fp, a in self.alerts.items()
                 if a.state == "resolved" and fp not in owed
                 and not any(now - t <= self.cfg.flap_window for t in a.fires)]
-
-    def _room(self, c: sqlite3.Connection, sink: str) -> int | None:
-        """Bounded outbox: make room by dropping a queued repeat; None when there is room,
-        else the number of rows pending (the notification is refused and counted)."""
-        (pending,) = c.execute("SELECT COUNT(*) FROM notify_outbox WHERE sink = ? AND "
-                               "state = 'pending'", (sink,)).fetchone()
-        if pending < self.cfg.outbox_max:
-            return None
-        cur = c.execute(
-            "DELETE FROM notify_outbox WHERE id = (SELECT id FROM notify_outbox WHERE sink = ? "
-            "AND state = 'pending' AND reason IN ('repeat', 'refresh') ORDER BY id LIMIT 1)",
-            (sink,))
-        return None if cur.rowcount else int(pending)
 
 
 def _plain(evidence: dict[str, Any]) -> dict[str, Any]:

@@ -18,6 +18,10 @@ incidents live in simulated time (a notification carries it as ``created_at``).
 
 Evidence: every number with its unit and what it means (:func:`evidence`); internal
 signals (``power_rel``, the rule's ``for_s``) are translated or left out, never shown raw.
+
+Every text made here is one line per line, whatever a field holds (a host name, a
+summary quoting a driver's message, a job id): :func:`watchdog.escape.line`. A sink
+escapes it further for its own medium (Slack's ``mrkdwn``, a label).
 """
 
 from __future__ import annotations
@@ -27,6 +31,7 @@ from pathlib import PurePath
 from typing import Any
 
 from watchdog import incident as records
+from watchdog.escape import line
 from watchdog.notify.base import Alert, Notification
 
 
@@ -78,7 +83,7 @@ def describe(a: Alert, now: float | None = None) -> str:
     now = time.time() if now is None else now
     took = how_long(age(a.started_at, a.resolved_at, now))
     how = f"after {took}" if a.status == "resolved" else f"for {took}"
-    return f"{a.kind} on {a.host}, {gpu_list(a.gpus)}, {how}"
+    return line(f"{a.kind} on {a.host}, {gpu_list(a.gpus)}, {how}")
 
 
 def headline(a: Alert, now: float | None = None) -> str:
@@ -134,6 +139,7 @@ _WORDS: dict[str, tuple[str, str]] = {
     "limit_w": ("power limit", "W"), "limit_c": ("slowdown temperature", "C"),
     "work_c": ("hottest while working before", "C"),
     "worked": ("worked before going idle", "% of the job's last 30 min"),
+    "unwatched_s": ("not watched for", "s"),
 }
 _FLAGS: dict[str, str] = {"brake": "power brake", "remap_pending": "row remap pending",
                           "remap_failure": "row remap failed"}
@@ -246,7 +252,7 @@ def evidence(a: Alert, limit: int = 6) -> str:
             continue
         if text:
             out.append(text)
-    return " · ".join(out)
+    return line(" · ".join(out))
 
 
 # --- runbook -------------------------------------------------------------------------------
@@ -264,24 +270,24 @@ def runbook_text(a: Alert) -> str | None:
         return None
     link = runbook_link(a)
     if link:
-        return f"runbook: {link}"
+        return line(f"runbook: {link}")
     name = PurePath(a.runbook_url).stem
-    return f"runbook: {name} (a file on {a.host}: {a.runbook_url})"
+    return line(f"runbook: {name} (a file on {a.host}: {a.runbook_url})")
 
 
 # --- whole messages ------------------------------------------------------------------------
 def alert_lines(a: Alert, now: float | None = None) -> list[str]:
     """Headline, then the summary, numbers, GPU UUIDs, job and runbook, one per line."""
-    lines = [headline(a, now), a.summary]
+    lines = [headline(a, now), line(a.summary)]
     ev = evidence(a)
     if ev:
         lines.append(f"evidence: {ev}")
     if a.uuids:
         shown = ", ".join(f"{g}={u}" for g, u in zip(a.gpus[:8], a.uuids[:8], strict=False))
         more = f" (+{len(a.uuids) - 8} more)" if len(a.uuids) > 8 else ""
-        lines.append(f"GPUs: {shown}{more}")
+        lines.append(line(f"GPUs: {shown}{more}"))
     if a.job_id:
-        lines.append(f"job: {a.job_id}")
+        lines.append(line(f"job: {a.job_id}"))
     rb = runbook_text(a)
     if rb:
         lines.append(rb)
@@ -292,7 +298,7 @@ def title(n: Notification, now: float | None = None) -> str:
     """One line for the whole group (a Slack fallback, an email subject)."""
     now = n.created_at if now is None else now
     if n.reason in ("meta", "test"):
-        return n.text or n.reason
+        return line(n.text or n.reason)
     firing = [a for a in n.alerts if a.status == "firing"]
     if not firing:
         a = n.alerts[0]
@@ -307,7 +313,7 @@ def as_text(n: Notification, now: float | None = None) -> str:
     """The whole notification as plain text (log sink, webhook ``text``)."""
     now = n.created_at if now is None else now
     if n.reason in ("meta", "test"):
-        return f"[nvml-watchdog] {n.text}"
+        return line(f"[nvml-watchdog] {n.text}")
     blocks = ["\n".join(alert_lines(a, now)) for a in n.alerts]
     return "\n\n".join(blocks)
 

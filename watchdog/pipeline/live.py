@@ -41,6 +41,7 @@ Notify = Callable[[str, Incident], None]
 RETRY_FIRST_S = 5.0
 RETRY_MAX_S = 300.0
 FAILING_FOR_S = 30.0  # every reading failing this long = the source is gone
+GAP_INTERVALS = 3  # no tick for more than this many intervals: the agent itself was held
 SAVE_EVERY_S = 60.0  # learned state to the database (and at shutdown)
 STATUS_EVERY_S = 5.0  # the status row `watchdog status` reads
 PRUNE_EVERY_S = 86_400.0
@@ -64,7 +65,8 @@ class LivePipeline:
                  spec: str, interval: float | None = None, settings: Settings | None = None,
                  store: Any = None, notifiers: Sequence[Notify] = (),
                  notifier: Alerting | None = None, recorder: Recording | None = None,
-                 host: str | None = None, anomaly: AnomalyHook | None = None) -> None:
+                 host: str | None = None, anomaly: AnomalyHook | None = None,
+                 watch_gaps: bool = False) -> None:
         if settings is None:
             if interval is None:
                 raise ValueError("LivePipeline needs settings or an interval")
@@ -98,6 +100,9 @@ class LivePipeline:
         self._runtime_file = False
         self._state_error: str | None = None
         self._prev_tick: float | None = None
+        # a gap in the agent's own ticks is a log line and, past a minute, an incident: on
+        # for the real agent only (a simulated node at --speed, a test's manual clock, jump)
+        self.watch_gaps = watch_gaps
         # id(incident) -> (the incident, its key in the store); holding the incident keeps
         # its id from being reused by a new one while the entry exists
         self._keys: dict[int, tuple[Incident, str]] = {}
@@ -123,8 +128,8 @@ class LivePipeline:
             return out
 
     def _tick(self, now: float) -> list[tuple[str, Incident]]:
-        self._note_timing(now)
         changes: list[tuple[str, Incident]] = []
+        self._note_timing(now, changes)
         if self.source is None and not self._try_open(now, changes):
             self._deliver(now, changes)
             return changes
@@ -184,8 +189,10 @@ class LivePipeline:
         """The sampling period (s of the clock), owned by :attr:`settings`."""
         return self.settings.interval
 
-    def _note_timing(self, now: float) -> None:
+    def _note_timing(self, now: float, changes: list[tuple[str, Incident]]) -> None:
         prev, self._prev_tick = self._prev_tick, now
+        if self.watch_gaps:
+            self.own.notices(now, changes)
         if prev is None:
             return
         lag = max(0.0, now - prev - self.interval)
@@ -194,6 +201,8 @@ class LivePipeline:
         missed = int((now - prev) / self.interval + 0.5) - 1
         if missed > 0:
             self.stats.missed_ticks += missed
+        if self.watch_gaps and now - prev > GAP_INTERVALS * self.interval:
+            self.own.gap(now, prev, self.interval, changes)
 
     def _count_errors(self, samples: list[Sample]) -> None:
         """``Sample.errors`` -> the ``nvml.errors`` metric (0 on a clean reading)."""

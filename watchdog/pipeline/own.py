@@ -8,6 +8,10 @@
   on disk again.
 * ``agent`` (rule ``state_corrupt``, warning): a damaged ``state.db`` was moved aside and
   a fresh one started; a notice that resolves after :data:`CORRUPT_NOTICE_S`.
+* ``agent`` (rule ``agent_unwatched``, warning): the agent itself did not run for more
+  than :data:`UNWATCHED_S` (stopped with SIGSTOP, a paused VM, a swap storm): no GPU was
+  watched meanwhile, and the page says for how long; a notice that resolves after
+  :data:`UNWATCHED_NOTICE_S`.
 
 Each is one incident at a time (a second cause while one is active changes nothing), and
 goes to the store, the log and the sinks like any rule's (``docs/runbooks/nvml_error.md``,
@@ -16,6 +20,7 @@ goes to the store, the log and the sinks like any rule's (``docs/runbooks/nvml_e
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Callable
 from typing import Any
 
@@ -25,11 +30,16 @@ UNAVAILABLE_RULE = "nvml_unavailable"
 MEMORY_RULE = "state_memory_only"
 CORRUPT_RULE = "state_corrupt"
 CORRUPT_NOTICE_S = 900.0  # a corrupt database moved aside stays an active incident this long
+UNWATCHED_RULE = "agent_unwatched"
+UNWATCHED_S = 60.0  # the agent not running for longer than this is an incident
+UNWATCHED_NOTICE_S = 900.0  # ... that stays active this long
 #: the agent's own rules -> their kinds (for the runbook a page names)
-OWN_RULES = {UNAVAILABLE_RULE: "nvml_error", MEMORY_RULE: "agent", CORRUPT_RULE: "agent"}
+OWN_RULES = {UNAVAILABLE_RULE: "nvml_error", MEMORY_RULE: "agent", CORRUPT_RULE: "agent",
+             UNWATCHED_RULE: "agent"}
 DRIVER_CHECKS = "check the driver (nvidia-smi, dmesg | grep -i nvrm)"
 
 Changes = list[tuple[str, Incident]]
+log = logging.getLogger("watchdog.agent")
 
 
 class OwnIncidents:
@@ -97,6 +107,38 @@ class OwnIncidents:
         if old is not None and now - old.started_at >= CORRUPT_NOTICE_S:
             self.resolve(now, CORRUPT_RULE, "notice period over", changes)
 
+    # --- the agent itself did not run ----------------------------------------------------
+    def gap(self, now: float, since: float, interval: float, changes: Changes) -> None:
+        """No tick ran from ``since`` to ``now`` (more than a few intervals): one log line
+        and, past :data:`UNWATCHED_S`, an ``agent`` incident saying how long the node was
+        not watched."""
+        from datetime import UTC, datetime
+
+        from watchdog.notify.render import how_long
+
+        def at(t: float) -> str:
+            return datetime.fromtimestamp(t, tz=UTC).strftime("%H:%M:%SZ")
+
+        gap = now - since
+        log.warning("no tick for %s (%s to %s, every %gs): the agent was stopped or starved "
+                    "(SIGSTOP, a paused VM, swap); the GPUs were not watched meanwhile",
+                    how_long(gap), at(since), at(now), interval)
+        if gap <= UNWATCHED_S:
+            return
+        self.resolve(now, UNWATCHED_RULE, "superseded", changes)
+        self._raise(now, UNWATCHED_RULE, "agent", "warning",
+                    f"nvml-watchdog did not run for {how_long(gap)} ({at(since)} to "
+                    f"{at(now)}): no GPU on this node was watched meanwhile. The agent was "
+                    "stopped (SIGSTOP), its VM paused, or the host starved it (swap, CPU): "
+                    "see the host's load and journalctl -u nvml-watchdog", f"no tick for "
+                    f"{gap:.0f} s", changes)
+        self.active[UNWATCHED_RULE].evidence["unwatched_s"] = round(gap, 1)
+
+    def notices(self, now: float, changes: Changes) -> None:
+        """Resolve the ``agent_unwatched`` notice once :data:`UNWATCHED_NOTICE_S` passed."""
+        old = self.active.get(UNWATCHED_RULE)
+        if old is not None and now - old.started_at >= UNWATCHED_NOTICE_S:
+            self.resolve(now, UNWATCHED_RULE, "notice period over", changes)
 
 # --- an alerting sink that is down -------------------------------------------------------------
 SINK_RULE = "sink_down"

@@ -68,4 +68,7 @@ class Terminal:
         return Progress(total, name, self.show)
 
     def warn(self, line: str) -> None:
-        print(f"watchdog: warning: {line}", file=sys.stderr)
+        """One warning line; what a log put in it (a column's name) is shown escaped."""
+        from watchdog.escape import line as one_line
+
+        print(one_line(f"watchdog: warning: {line}"), file=sys.stderr)

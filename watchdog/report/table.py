@@ -3,7 +3,9 @@
 One line per incident: kind, severity, GPUs, start, fired, resolved, summary. UTC because
 recorded logs come from other machines and time zones; a post-mortem compares them with
 job logs that are usually UTC too. ``fired`` and ``resolved`` carry the delay from
-``start`` so the reader sees time-to-alert and duration without arithmetic.
+``start`` so the reader sees time-to-alert and duration without arithmetic. A host, GPU or
+summary a log supplied is shown escaped (:func:`watchdog.escape.line`): a log cannot write
+to the reader's terminal.
 """
 
 from __future__ import annotations
@@ -11,6 +13,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Sequence
 from datetime import UTC, datetime
 
+from watchdog.escape import line as one_line
 from watchdog.incident import Incident, duration, gpu_list
 
 HEADERS = ("KIND", "SEVERITY", "HOST", "GPUS", "START (UTC)", "FIRED", "RESOLVED", "SUMMARY")
@@ -35,10 +38,10 @@ def rows(incidents: Iterable[Incident]) -> list[tuple[str, ...]]:
     out = []
     for inc in incidents:
         out.append((
-            inc.kind, inc.severity, inc.host, gpu_list(inc.gpus), _stamp(inc.started_at),
-            _since(inc.fired_at, inc.started_at, "not fired"),
+            inc.kind, inc.severity, one_line(inc.host), one_line(gpu_list(inc.gpus)),
+            _stamp(inc.started_at), _since(inc.fired_at, inc.started_at, "not fired"),
             _since(inc.resolved_at, inc.started_at, "active at end"),
-            inc.summary,
+            one_line(inc.summary),
         ))
     return out
 
@@ -57,7 +60,7 @@ def gpu_legend(incidents: Iterable[Incident]) -> str:
     if not rows:
         return ""
     width = max(len(h) for h, _, _ in rows)
-    return "\n".join(f"  {h.ljust(width)}  GPU {i!s:<3} {u}" for h, i, u in rows)
+    return "\n".join(one_line(f"  {h.ljust(width)}  GPU {i!s:<3} {u}") for h, i, u in rows)
 
 
 def format_table(incidents: Sequence[Incident]) -> str:

@@ -124,14 +124,15 @@ class Agent:
         self.daemon.stop()
 
     def reload(self) -> str:
-        """SIGHUP: re-read the config and rules; raise WatchdogError to keep the old ones.
-        The interval and the rules change for every part at once (:class:`Settings`)."""
+        """SIGHUP: re-read the config and rules; raise (WatchdogError for a bad file) to
+        keep the old ones. Everything is read and checked before anything changes; the
+        interval and the rules then change for every part at once (:class:`Settings`), and
+        a failure while applying them puts the running ones back."""
         from watchdog.detect import load_rules
 
         if self.cfg.path is None:
             rules = load_rules(self.rules_override or None)
-            self.settings.update(rules=rules)
-            self.pipeline.replace_detector()
+            self._apply(None, rules)
             return f"rules reloaded ({len(rules)} rules)"
         if self.load_config is None:
             from watchdog.errors import WatchdogError
@@ -139,17 +140,52 @@ class Agent:
             raise WatchdogError("this agent was built without a config loader")
         new = self.load_config(self.cfg.path)
         rules = load_rules(self.rules_override or list(new.rules) or None)
+        within_retention(rules, getattr(new, "retention_s", None))
         notes = []
         for key in ("source", "state_dir", "host", "metrics_listen", "record", "model",
                     "notify", "job", "slurm"):
             if getattr(new, key) != getattr(self.cfg, key):
                 notes.append(f"{key} changed: takes effect at the next restart")
-        changed = self.settings.update(interval=new.interval, rules=rules)
-        self.pipeline.replace_detector()
+        changed = self._apply(new.interval, rules)
         if "interval" in changed:
             notes.append(f"interval now {new.interval:g}s")
         self.cfg = new
         return "; ".join([f"{self.cfg.path}: {len(rules)} rules", *notes])
+
+
+    def _apply(self, interval: float | None, rules: Any) -> frozenset[str]:
+        """Put ``interval`` and ``rules`` in force; on any failure the running ones are put
+        back (and the failure raised for the reload to report)."""
+        old_interval, old_rules = self.settings.interval, self.settings.rules
+        try:
+            changed = self.settings.update(interval=interval, rules=rules)
+            self.pipeline.replace_detector()
+        except BaseException:
+            self.settings.update(interval=old_interval, rules=old_rules)
+            self.pipeline.replace_detector()
+            raise
+        return changed
+
+
+def within_retention(rules: Any, retention_s: float | None) -> None:
+    """Refuse a rule that waits longer than the state database keeps anything (the
+    config's ``retention:``): its pending state would outlive what it is about. The rule
+    language caps every wait at 7 days already (``docs/rules.md``, Limits)."""
+    if not retention_s:
+        return
+    from watchdog.errors import InputError
+    from watchdog.notify.render import how_long
+
+    for r in rules:
+        waits = [("for", r.for_s), ("keep_firing_for", r.keep_firing_for)]
+        if r.learned is not None:
+            waits += [("for", r.learned.min), ("for", r.learned.margin)]
+        for key, secs in waits:
+            if secs > retention_s:
+                raise InputError(f"{r.file}:{r.key_lines.get(key, r.line)}: rule {r.name}: "
+                                 f"{key}: {how_long(secs)} is longer than the config's "
+                                 f"retention ({how_long(retention_s)}), all the state "
+                                 "database keeps")
 
 
 class GpuClaim:
@@ -343,6 +379,7 @@ def build(cfg: Any, *, spec: str, options: Any, interval: float, speed: float,
     first = None
     try:
         settings = Settings(interval, load_rules(rules_override or list(cfg.rules) or None))
+        within_retention(settings.rules, getattr(cfg, "retention_s", None))
         sinks = None
         if cfg.notify is not None and cfg.notify.sinks:
             from watchdog.notify.notifier import build_sinks
@@ -374,8 +411,11 @@ def build(cfg: Any, *, spec: str, options: Any, interval: float, speed: float,
     notifier = None if shadow else _notifier(cfg, sinks, db, clock, host, settings)
     fleet = None
     if notifier is not None:
+        # a job only a process's environment names labels the page but never joins the
+        # job's incident (no episode: not job-wide)
         notifier.policy.job_of = lambda uuids: (
-            (j.id, j.episode) if (j := jobs.job_for(uuids)) is not None else None)
+            (j.id, j.episode if j.trusted else None) if (j := jobs.job_for(uuids)) is not None
+            else None)
         url = getattr(getattr(cfg, "job", None), "prometheus", None)
         if url:
             from watchdog.service.fleet import FleetView
@@ -386,7 +426,7 @@ def build(cfg: Any, *, spec: str, options: Any, interval: float, speed: float,
         gpus.opener(spec, options, first), _detector_factory(settings, host),
         clock, spec=spec, settings=settings, store=store,
         notifiers=[IncidentLog(clock.now, stamp=speed != 1)],
-        notifier=notifier, recorder=tee, host=host, anomaly=anomaly)
+        notifier=notifier, recorder=tee, host=host, anomaly=anomaly, watch_gaps=speed == 1)
     tee.status_to = pipeline.extra_status
     if fleet is not None:
         fleet.start()

@@ -10,7 +10,9 @@ heartbeat.
 * SIGTERM / SIGINT: stop scheduling, let the running tick end, save the learned state,
   drain the alert outbox for a bounded time, exit 0.
 * SIGHUP: reload the config file and the rules. A bad new config or rule is logged with
-  its file:line and the running one stays.
+  its file:line and the running one stays; so does a config whose reading fails in any
+  other way (a RecursionError, a MemoryError under the unit's MemoryMax, a bug): nothing
+  a config or rule file holds can end the agent.
 * ``WATCHDOG=1`` pings go out only while ticks complete: a sampling thread stuck for
   longer than half of ``WatchdogSec`` stops them and systemd restarts the agent.
 * A heartbeat line every ``HEARTBEAT_S`` while running.
@@ -226,6 +228,10 @@ class Daemon:
         except WatchdogError as e:
             log.error("reload failed, keeping the running config: %s", e)
             self.reload_state = {"at": at, "ok": False, "message": str(e)}
+        except Exception as e:  # noqa: BLE001 - no config may end the agent (MemoryError too)
+            text = f"internal error: {type(e).__name__}: {str(e)[:200]}"
+            log.error("reload failed, keeping the running config: %s", text)
+            self.reload_state = {"at": at, "ok": False, "message": text}
         else:
             log.info("reloaded: %s", what)
             self.reload_state = {"at": at, "ok": True, "message": what}

@@ -8,9 +8,12 @@ the identity of a job-wide page). Where it comes from, first match wins:
    ``id_file: PATH`` (a file a scheduler prolog writes and its epilog removes, re-read
    every :data:`FILE_EVERY_S`; missing or empty = no override). It wins over the node.
 2. what the node reads from each GPU's processes (:mod:`watchdog.sources.nvml.procs`):
-   Slurm's ``SLURM_JOB_ID`` (environ or the ``job_<id>`` cgroup) with its
-   ``SLURM_RESTART_COUNT``, else a Kubernetes pod's UID from the cgroup path, with its
-   namespace and name where the node shows them.
+   Slurm's ``job_<id>`` cgroup, else the process's ``SLURM_JOB_ID`` (digits only), with
+   its ``SLURM_RESTART_COUNT``, else a Kubernetes pod's UID from the cgroup path, with its
+   namespace and name where the node shows them. A job only a process's environment
+   names is not :attr:`Job.trusted` (any user can set the variable): it labels the GPU's
+   metrics and pages but never joins a job-wide incident or its PagerDuty key; what was
+   dropped as not an id is a note in ``watchdog status``.
 
 A GPU keeps the job it last ran for :data:`HOLD_S` after its processes are gone: the rank
 that crashed, the GPU that fell off the bus, are the odd ones the fleet rules look for,
@@ -35,6 +38,7 @@ from typing import Any
 from watchdog.errors import InputError
 
 HOLD_S = 1800.0  # a GPU keeps its last job this long after its processes left
+MAX_NOTES = 8  # dropped environment values shown by `watchdog status` at a time
 FILE_EVERY_S = 10.0  # id_file is re-read this often (agent clock)
 MAX_ID = 128
 _ID_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._:/@+=-]*$")
@@ -52,6 +56,7 @@ class Job:
     run: str | None = None
     namespace: str | None = None
     pod: str | None = None
+    trusted: bool = True  # False: only a process's own environment named it
 
     @property
     def episode(self) -> str:
@@ -59,8 +64,11 @@ class Job:
         return f"{self.id}#{self.run or 0}"
 
     def to_dict(self) -> dict[str, Any]:
-        return {"id": self.id, "scheduler": self.scheduler, "run": self.run,
-                "namespace": self.namespace, "pod": self.pod}
+        out = {"id": self.id, "scheduler": self.scheduler, "run": self.run,
+               "namespace": self.namespace, "pod": self.pod}
+        if not self.trusted:
+            out["from"] = "environ"
+        return out
 
 
 @dataclass(frozen=True, slots=True)
@@ -116,13 +124,18 @@ def parse_config(value: Any, at: str) -> JobConfig | None:
 
 
 def from_processes(procs: Sequence[Any] | None) -> Job | None:
-    """The job of a GPU's processes (the first that names one), or None."""
+    """The job of a GPU's processes: the first a scheduler vouches for (a Slurm cgroup, a
+    pod), else the first a process's environment names (not trusted), else None."""
+    claimed = None
     for p in procs or ():
         if p.job_id:
-            return Job(str(p.job_id), "slurm", run=p.job_run)
-        if getattr(p, "pod_uid", None):
+            if getattr(p, "job_from", None) != "environ":
+                return Job(str(p.job_id), "slurm", run=p.job_run)
+            if claimed is None:
+                claimed = Job(str(p.job_id), "slurm", run=p.job_run, trusted=False)
+        elif getattr(p, "pod_uid", None):
             return Job(p.pod_uid, "kubernetes", namespace=p.pod_namespace, pod=p.pod_name)
-    return None
+    return claimed
 
 
 class JobTracker:
@@ -137,6 +150,7 @@ class JobTracker:
         self._override: Job | None = None
         self._file_at = -float("inf")
         self.problem: str | None = None
+        self.notes: dict[int, str] = {}  # pid -> what its environment held that was dropped
         if config is not None and config.id is not None:
             self._override = Job(config.id, "config")
         elif config is not None and config.id_env is not None:
@@ -155,7 +169,12 @@ class JobTracker:
             self._read_file(now)
         with self._lock:
             gpus = self._gpus
+            notes: dict[int, str] = {}
             for s in samples:
+                for p in s.processes or ():
+                    note = getattr(p, "job_note", None)
+                    if note and len(notes) < MAX_NOTES:
+                        notes[p.pid] = note
                 job = from_processes(s.processes)
                 if job is not None:
                     gpus[s.uuid] = (job, now, s.index)
@@ -163,6 +182,7 @@ class JobTracker:
                     held = gpus.get(s.uuid)
                     if held is not None and now - held[1] > self.hold_s:
                         del gpus[s.uuid]
+            self.notes = notes
 
     def _read_file(self, now: float) -> None:
         assert self.config is not None and self.config.id_file is not None
@@ -234,6 +254,8 @@ class JobTracker:
             doc["prometheus"] = host_of(cfg.prometheus)  # the host only: no credentials
         if self.problem:
             doc["problem"] = self.problem
+        if self.notes:
+            doc["notes"] = [self.notes[pid] for pid in sorted(self.notes)]
         return doc
 
 
@@ -254,7 +276,7 @@ class SampleTee:
     def write(self, now: float, samples: list[Any]) -> None:
         self.tracker.observe(now, samples)
         if self.status_to is not None:
-            shown = (self.tracker.jobs(), self.tracker.problem)
+            shown = (self.tracker.jobs(), self.tracker.problem, self.tracker.notes)
             if shown != self._shown:  # what `watchdog status` says the node runs
                 self._shown = shown
                 self.status_to["job"] = self.tracker.status()

@@ -6,7 +6,11 @@ fleet rules (``rules/prometheus/fleet.yml``, ``watchdog rules export --prometheu
 these series across nodes. The collector reads the pipeline's latest tick when scraped,
 so an unscraped endpoint costs nothing per tick. Default port 9849: not
 nvidia_gpu_exporter's 9835 nor dcgm-exporter's 9400. A failed bind is logged and shown by
-``watchdog status``; it never stops the agent.
+``watchdog status``; it never stops the agent. The HTTP server
+(:mod:`watchdog.service.metrics_http`) runs on one thread with a bounded number of
+sockets and a deadline per connection: no number of idle connections to the port can
+take the agent's file descriptors or delay its ticks. Label values from a job or a GPU go
+through :func:`watchdog.escape.label`.
 
 Conventions (Prometheus/OpenMetrics): base units in the name (``_watts``, ``_bytes``,
 ``_celsius``, ``_hertz``, ``_seconds``, ``_ratio`` for 0-1), counters end in ``_total``,
@@ -32,6 +36,7 @@ from typing import Any
 
 from watchdog import reasons as R
 from watchdog.errors import InputError
+from watchdog.escape import label
 from watchdog.incident import KINDS
 
 log = logging.getLogger("watchdog.metrics")
@@ -101,7 +106,7 @@ class PipelineCollector:
 
         p = self.pipeline
         s = p.stats
-        node = p.host or ""
+        node = label(p.host or "")
         with p._lock:  # a consistent view: not in the middle of a tick
             samples = list(p.last_samples)
             incidents = [] if p.detector is None else [
@@ -124,8 +129,8 @@ class PipelineCollector:
                                labels=["node", "job_id", "scheduler", "run", "namespace",
                                        "pod"])
         for job, _gpus in jobs:
-            ji.add_metric([node, job.id, job.scheduler, job.run or "", job.namespace or "",
-                           job.pod or ""], 1.0)
+            ji.add_metric([node, *(label(v or "") for v in (job.id, job.scheduler, job.run,
+                                                             job.namespace, job.pod))], 1.0)
         yield ji
         up = GaugeMetricFamily("watchdog_source_up", "1 when the GPUs can be read.",
                                labels=["node"])
@@ -156,13 +161,13 @@ class PipelineCollector:
 
     def _job_label(self, uuid: str) -> str:
         job = self.jobs.gpu_job(uuid) if self.jobs is not None else None
-        return job.id if job is not None else ""
+        return label(job.id) if job is not None else ""
 
     def _gpus(self, node: str, samples: list[Any], incidents: list[Any]) -> Iterator[Any]:
         from prometheus_client.core import GaugeMetricFamily
 
         labels = ["node", "gpu", "uuid", "job_id"]
-        keys = {smp.uuid: [node, str(smp.index), smp.uuid, self._job_label(smp.uuid)]
+        keys = {smp.uuid: [node, str(smp.index), label(smp.uuid), self._job_label(smp.uuid)]
                 for smp in samples}
         for metric, name, doc, scale in GPU_GAUGES:
             fam = GaugeMetricFamily(name, doc, labels=labels)
@@ -254,7 +259,7 @@ class PipelineCollector:
         failed = CounterMetricFamily("watchdog_notify_undeliverable", "Notifications the "
                                      "sink refused for good (4xx, redirect).", labels=labels)
         for name, sk in sorted((st.get("sinks") or {}).items()):
-            key = [node, name, str(sk.get("type") or "")]
+            key = [node, label(name), label(sk.get("type") or "")]
             pending.add_metric(key, float(sk.get("pending") or 0))
             oldest.add_metric(key, float(sk.get("oldest_pending_s") or 0.0))
             sink_up.add_metric(key, 0.0 if sk.get("failing_since") or sk.get("refused")
@@ -263,7 +268,9 @@ class PipelineCollector:
             failed.add_metric(key, float(sk.get("undeliverable") or 0))
         yield from (pending, oldest, sink_up, sent, failed)
         dropped = CounterMetricFamily("watchdog_notify_dropped", "Notifications a full "
-                                      "outbox refused.", labels=["node"])
+                                      "outbox merged into a newer one of their group or "
+                                      "dropped (never a group's newest state).",
+                                      labels=["node"])
         dropped.add_metric([node], float(st.get("dropped") or 0))
         yield dropped
         firing = GaugeMetricFamily("watchdog_notify_alerts_firing", "Alerts firing in the "
@@ -292,13 +299,15 @@ def serve(pipeline: Any, host: str, port: int, quiet: bool = False,
     ``quiet``: a failure is only returned, not logged (the agent's retries). ``extra``:
     more collectors (objects with ``collect()``), e.g. the Slurm actor's counters."""
     try:
-        from prometheus_client import CollectorRegistry, start_http_server
+        from prometheus_client import CollectorRegistry
+
+        from watchdog.service.metrics_http import MetricsServer
 
         registry = CollectorRegistry(auto_describe=False)
         registry.register(PipelineCollector(pipeline, jobs))
         for collector in extra:
             registry.register(collector)
-        server, _thread = start_http_server(port, addr=host, registry=registry)
+        server = MetricsServer(registry, host, port).start()
     except Exception as e:  # noqa: BLE001 - a taken port is a finding, not a crash
         msg = f"metrics endpoint {host}:{port} not started: {type(e).__name__}: {e}"
         if not quiet:

@@ -1,10 +1,15 @@
-"""Render the agent's status document (``watchdog status``) for a person."""
+"""Render the agent's status document (``watchdog status``) for a person.
+
+Every line goes through :func:`watchdog.escape.line`: a GPU's name, a job id, an error a
+driver or a sink wrote, cannot start a line, move the cursor or set the terminal's title.
+"""
 
 from __future__ import annotations
 
 from datetime import UTC, datetime
 from typing import Any
 
+from watchdog.escape import line
 from watchdog.report.table import duration, gpu_list
 
 
@@ -48,8 +53,8 @@ def render(doc: dict[str, Any], now: float) -> str:
         lines.append(f"  GPUs not readable: {doc['source_error']}")
     lines.extend(_agent_lines(doc))
     gpus = doc.get("gpus") or []
-    lines.append(f"GPUs: {len(gpus)}" + "".join(
-        f"\n  {g['index']}  {g.get('name') or '?'}  {g['uuid']}" for g in gpus))
+    lines.append(f"GPUs: {len(gpus)}")
+    lines.extend(f"  {g['index']}  {g.get('name') or '?'}  {g['uuid']}" for g in gpus)
     if doc.get("job") is not None:
         lines.append(_job_line(doc["job"]))
     lag = doc.get("lag_s") or {}
@@ -87,7 +92,7 @@ def render(doc: dict[str, Any], now: float) -> str:
     if doc.get("slurm"):
         lines.extend(_slurm_lines(doc["slurm"]))
     lines.append(f"status written {_t(doc.get('status_written_at'))}")
-    return "\n".join(lines)
+    return "\n".join(line(x) for x in lines)
 
 
 def _agent_lines(doc: dict[str, Any]) -> list[str]:
@@ -124,6 +129,8 @@ def _job_line(job: dict[str, Any]) -> str:
         if j.get("namespace") or j.get("pod"):
             what.append(f"pod {j.get('namespace') or '?'}/{j.get('pod') or '?'}")
         gpus = f" on GPU {gpu_list([str(g) for g in j['gpus']])}" if j.get("gpus") else ""
+        if j.get("from") == "environ":
+            what.append("from a process's environment only: never job-wide")
         parts.append(f"{j['id']} ({', '.join(what)}){gpus}")
     where = ("from the config (" + str(job.get("config")) + ")" if job.get("source") == "config"
              else "from the GPUs' processes" + (f" (the config's {job['config']} gives "
@@ -133,6 +140,8 @@ def _job_line(job: dict[str, Any]) -> str:
         line += f" · job-wide resolves ask Prometheus at {job['prometheus']}"
     if job.get("problem"):
         line += f" · ! {job['problem']}"
+    for note in job.get("notes") or []:
+        line += f" · ! {note}"
     return line
 
 
@@ -193,6 +202,8 @@ def _alerting_lines(al: dict[str, Any]) -> list[str]:
             line += f" (oldest {duration(s['oldest_pending_s'])})"
         if s.get("undeliverable"):
             line += f" · undeliverable {s['undeliverable']}"
+        if s.get("dropped"):
+            line += f" · {s['dropped']} superseded dropped (outbox full)"
         if s.get("last_error"):
             line += f" · last error: {s['last_error']}"
         out.append(line)

@@ -15,7 +15,12 @@ grouping, routing and silencing for the fleet.
 
 Requests go through :func:`watchdog.notify.http.request` like the webhook's (one deadline,
 ``timeout``; replies capped; a redirect is undeliverable, never followed); ``ca_file``
-for an Alertmanager behind a private CA.
+for an Alertmanager behind a private CA. Label values go through
+:func:`watchdog.escape.label`, annotations through :func:`watchdog.escape.line`.
+
+``watchdog alerts test`` posts one ``WatchdogTest`` alert that starts and ends at once
+(:func:`test_alert`): Alertmanager answers for the URL, the token and the API, and pages
+nobody. The agent's own notices (``meta``) are for the sinks people read, not this one.
 """
 
 from __future__ import annotations
@@ -26,6 +31,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from watchdog.errors import InputError
+from watchdog.escape import label, line
 from watchdog.incident import iso
 from watchdog.notify import render
 from watchdog.notify.base import Accepted, Alert, Notification, Result
@@ -44,13 +50,14 @@ def am_alert(a: Alert, now: float | None = None) -> dict[str, Any]:
         labels["job_id"] = a.job_id
     if a.scope == "gpu" and len(a.gpus) == 1:  # stable: a per-GPU alert never changes GPU
         labels["gpu"] = a.gpus[0]
-    ann = {"summary": a.summary, "title": render.headline(a, now),
-           "gpus": ",".join(a.gpus) or "node"}
+    labels = {k: label(v) for k, v in labels.items()}
+    ann = {"summary": line(a.summary), "title": render.headline(a, now),
+           "gpus": line(",".join(a.gpus) or "node")}
     ev = render.evidence(a)
     if ev:
         ann["evidence"] = ev
     if a.uuids:
-        ann["uuids"] = ",".join(a.uuids)
+        ann["uuids"] = line(",".join(a.uuids))
     link = render.runbook_link(a)
     if link:
         ann["runbook_url"] = link
@@ -68,6 +75,21 @@ def am_alert(a: Alert, now: float | None = None) -> dict[str, Any]:
     return out
 
 
+def test_alert(n: Notification) -> dict[str, Any]:
+    """``watchdog alerts test``: one alert ``WatchdogTest`` (severity ``info``) that starts
+    and ends now. Alertmanager checks and stores it like any alert (so the URL, the token
+    and the API version are all tried), and notifies nobody: an alert resolved before it
+    was ever notified is not sent (its dedup stage)."""
+    now = iso(time.time())
+    host = n.group_key.removeprefix("agent/")
+    return {"labels": {k: label(v) for k, v in {
+                "alertname": "WatchdogTest", "severity": "info", "node": host, "host": host,
+                "instance": host, "fingerprint": f"watchdog-test-{n.id[:16]}",
+                "source": "nvml-watchdog"}.items()},
+            "annotations": {"summary": line(n.text or "test")}, "startsAt": now,
+            "endsAt": now}
+
+
 @dataclass
 class AlertmanagerSink:
     name: str
@@ -80,7 +102,10 @@ class AlertmanagerSink:
     ssl_context: ssl.SSLContext | None = None
 
     def send(self, n: Notification, memory: dict[str, Any]) -> Result:
-        if n.reason in ("meta", "test"):
+        if n.reason == "test":
+            return post_json(self.url.rstrip("/") + "/api/v2/alerts", [test_alert(n)],
+                             self.headers, self.timeout, memory, self.ssl_context)
+        if n.reason == "meta":
             return Accepted(memory)  # the agent's own trouble goes to people-facing sinks
         return post_json(self.url.rstrip("/") + "/api/v2/alerts",
                          [am_alert(a, n.created_at) for a in n.alerts], self.headers,

@@ -39,6 +39,7 @@ def secret(options: dict[str, Any], key: str, where: str, *, required: bool = Tr
         value = os.environ.get(str(env), "").strip()
         if not value:
             raise InputError(f"{where}.{key}_env: environment variable {env} is not set")
+        _one_line(value, f"{where}.{key}_env: environment variable {env}")
         keep_secret(value)
         return value
     if file:
@@ -53,11 +54,24 @@ def secret(options: dict[str, Any], key: str, where: str, *, required: bool = Tr
             raise InputError(f"{where}.{key}_file: cannot read {p}: {e.strerror or e}") from None
         if not value:
             raise InputError(f"{where}.{key}_file: {p} is empty")
+        _one_line(value, f"{where}.{key}_file: {p}")
         keep_secret(value)
         return value
     if required:
         raise InputError(f"{where}: needs {key}_env or {key}_file")
     return None
+
+
+def _one_line(value: str, where: str) -> None:
+    """A secret is one line of printable text: a token with a line break inside (two
+    tokens pasted into one file, a key wrapped by an editor) or a control character can
+    never work (it cannot go into an HTTP header), so it is a configuration error at once,
+    not a delivery retried for ever. The message never quotes the secret."""
+    for i, c in enumerate(value):
+        if not c.isprintable():
+            what = "a line break" if c in "\r\n" else f"a control character (U+{ord(c):04X})"
+            raise InputError(f"{where} holds {what} at character {i + 1} of the secret: a "
+                             "secret is one line; fix it and restart (or reload)")
 
 
 def keep_secret(value: str) -> None:
@@ -177,4 +191,7 @@ def post_json(url: str, payload: Any, headers: dict[str, str], timeout: float,
     except http.HttpFailure as e:
         return failure_result(e, "", memory)
     # a receiver quoting the URL back: by_status removes it (registered as a secret)
-    return by_status(r.status, r.body.decode(errors="replace"), r.headers, memory, url=url)
+    result = by_status(r.status, r.body.decode(errors="replace"), r.headers, memory, url=url)
+    if isinstance(result, Accepted):
+        return Accepted(result.memory, f"HTTP {r.status} from {http.host_of(url)}")
+    return result

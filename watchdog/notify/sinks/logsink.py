@@ -24,7 +24,7 @@ class LogSink:
     def send(self, n: Notification, memory: dict[str, Any]) -> Result:
         log.warning("notification %s (%s, group %s): %s", n.id[:8], n.reason, n.group_key,
                     render.title(n))
-        return Accepted({"sent": int(memory.get("sent", 0)) + 1})
+        return Accepted({"sent": int(memory.get("sent", 0)) + 1}, "written to the agent's log")
 
     def close(self) -> None:
         return None

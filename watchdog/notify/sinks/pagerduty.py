@@ -32,6 +32,7 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from watchdog.errors import InputError
+from watchdog.escape import line
 from watchdog.notify import http, render
 from watchdog.notify.base import Accepted, Alert, Failed, Notification, Result, Retry
 from watchdog.notify.sinks.common import (
@@ -107,16 +108,17 @@ def _client(routing_key: str, url: str | None, timeout: float,
 
 def payload(a: Alert, now: float | None = None) -> dict[str, Any]:
     """The event's payload: what the on-call person sees in PagerDuty."""
-    details = {"summary": a.summary, "gpus": list(a.gpus), "uuids": list(a.uuids),
+    summary = line(a.summary)
+    details = {"summary": summary, "gpus": list(a.gpus), "uuids": [line(u) for u in a.uuids],
                "rule": a.rule, "evidence": render.evidence(a) or "", "values": a.evidence}
     if a.job_id:
-        details["job"] = a.job_id
-        details["node"] = a.host
+        details["job"] = line(a.job_id)
+        details["node"] = line(a.host)
     if a.runbook_url:
         details["runbook"] = render.runbook_text(a)
-    return {"summary": render.headline(a, now)[:300] + ": " + a.summary[:700],
-            "source": a.host, "severity": SEVERITY.get(a.severity, "error"),
-            "component": render.gpu_list(a.gpus), "group": a.job_id or a.host,
+    return {"summary": render.headline(a, now)[:300] + ": " + summary[:700],
+            "source": line(a.host), "severity": SEVERITY.get(a.severity, "error"),
+            "component": render.gpu_list(a.gpus), "group": line(a.job_id or a.host),
             "class": a.kind, "custom_details": details}
 
 
@@ -169,7 +171,7 @@ class PagerDutySink:
             try:
                 if action == "trigger":
                     self.client.send_event("trigger", payload={
-                        "summary": f"nvml-watchdog {n.reason}: {n.text}"[:1000],
+                        "summary": line(f"nvml-watchdog {n.reason}: {n.text}")[:1000],
                         "source": n.group_key, "severity": "info" if n.reason == "test"
                         else "warning"}, dedup_key=key)
                 else:
@@ -183,7 +185,9 @@ class PagerDutySink:
                 return result
             done.append(mark)
         mem.update(done=done, done_for=n.id)
-        return Accepted(mem)
+        return Accepted(mem, "accepted: " + ", then ".join(
+            ("trigger" if m.endswith("trigger") or m == "meta" else "resolve")
+            for m, _ in steps) + f" (dedup_key {key})")
 
     def close(self) -> None:
         try:

@@ -16,6 +16,13 @@ a 429 included): a failure is returned as Retry (``Retry-After`` honoured), so t
 keeps the order, the backoff and the per-channel rate (1 message per second) in one place.
 slack-sdk's own log lines print the incoming-webhook URL (the secret): every secret is
 registered with :mod:`watchdog.logs`, whose filter removes it from every log record.
+
+Every text that reaches Slack is escaped for its medium (:mod:`watchdog.escape`): what goes
+into ``mrkdwn`` through :func:`watchdog.escape.slack` (no mention, link, quote or
+formatting from a job id, a GPU, a summary or a reply), sent with ``verbatim: true`` (no
+bare URL or ``@here`` made a link or a mention); a ``plain_text`` header through
+:func:`watchdog.escape.line`, with ``emoji: false``. Only the sink's own marks (the bold
+headline, the icon, the runbook link) are Slack syntax.
 """
 
 from __future__ import annotations
@@ -28,6 +35,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from watchdog.errors import InputError
+from watchdog.escape import line, slack
 from watchdog.notify import http, render
 from watchdog.notify.base import Accepted, Alert, Failed, Notification, Result, Retry
 from watchdog.notify.sinks.common import (
@@ -56,65 +64,78 @@ def _cut(text: str, limit: int) -> str:
     return text if len(text) <= limit else text[: limit - 1] + "…"
 
 
+def mrkdwn(text: str) -> dict[str, Any]:
+    """A ``mrkdwn`` text object (already escaped) that Slack takes as written: no bare URL,
+    channel name or mention is made a link (``verbatim``)."""
+    return {"type": "mrkdwn", "text": _cut(text, SECTION_MAX), "verbatim": True}
+
+
 def alert_block(a: Alert, now: float, headline: bool = True) -> dict[str, Any]:
     """One alert as a section: bold headline (left out when the message's header already
     says it), the summary, then the numbers in italics."""
     icon = ":white_check_mark:" if a.status == "resolved" else _ICON.get(a.severity, "")
-    lines = [f"{icon} *{render.headline(a, now)}*"] if headline else []
-    lines.append(a.summary)
+    lines = [f"{icon} *{slack(render.headline(a, now))}*"] if headline else []
+    lines.append(slack(a.summary))
     ev = render.evidence(a)
     if ev:
-        lines.append(f"_{ev}_")
-    return {"type": "section", "text": {"type": "mrkdwn", "text": _cut("\n".join(lines),
-                                                                      SECTION_MAX)}}
+        lines.append(f"_{slack(ev)}_")
+    return {"type": "section", "text": mrkdwn("\n".join(lines))}
 
 
 def context_block(a: Alert) -> dict[str, Any]:
     """Small print: GPU UUIDs, job, runbook, times."""
     bits = []
     if a.uuids:
-        bits.append("GPUs " + ", ".join(f"{g}=`{u}`" for g, u in zip(a.gpus[:4], a.uuids[:4],
-                                                                       strict=False))
+        bits.append("GPUs " + ", ".join(f"{slack(g)}=`{slack(u)}`"
+                                        for g, u in zip(a.gpus[:4], a.uuids[:4], strict=False))
                     + (f" +{len(a.uuids) - 4} more" if len(a.uuids) > 4 else ""))
     if a.job_id:
-        bits.append(f"job {a.job_id}")
+        bits.append(f"job {slack(a.job_id)}")
     if a.runbook_url:  # a link only when it is one; a path on the node says so
         link = render.runbook_link(a)
-        bits.append(f"<{link}|runbook>" if link else render.runbook_text(a) or "")
+        bits.append(f"<{_link_target(link)}|runbook>" if link
+                    else slack(render.runbook_text(a) or ""))
     bits.append(f"since {time.strftime('%H:%M UTC', time.gmtime(a.started_at))}")
-    return {"type": "context", "elements": [{"type": "mrkdwn",
-                                             "text": _cut(" · ".join(bits), SECTION_MAX)}]}
+    return {"type": "context", "elements": [mrkdwn(" · ".join(bits))]}
+
+
+def _link_target(url: str) -> str:
+    """A URL inside Slack's ``<url|text>``: its ``&``, ``<``, ``>`` and ``|`` (which would
+    end the link or start its text) percent-encoded, nothing else changed."""
+    return "".join(f"%{ord(c):02X}" if c in "&<>| " or not c.isprintable() else c
+                   for c in url)
 
 
 def render_blocks(n: Notification, now: float | None = None) -> dict[str, Any]:
     """Block Kit for ``n``: ``{"text": fallback, "blocks": [...]}`` within Slack's limits."""
     now = n.created_at if now is None else now
     if n.reason in ("meta", "test"):
-        text = f":warning: nvml-watchdog: {n.text}" if n.reason == "meta" else (
-            f":test_tube: nvml-watchdog test message: {n.text}")
+        text = f":warning: nvml-watchdog: {slack(n.text)}" if n.reason == "meta" else (
+            f":test_tube: nvml-watchdog test message: {slack(n.text)}")
         return {"text": _cut(text, SECTION_MAX), "blocks": [
-            {"type": "section", "text": {"type": "mrkdwn", "text": _cut(text, SECTION_MAX)}}]}
-    title = render.title(n, now)
+            {"type": "section", "text": mrkdwn(text)}]}
+    title = line(render.title(n, now))
     blocks: list[dict[str, Any]] = [
-        {"type": "header", "text": {"type": "plain_text", "text": _cut(title, HEADER_MAX)}}]
+        {"type": "header", "text": {"type": "plain_text", "text": _cut(title, HEADER_MAX),
+                                    "emoji": False}}]
     shown = n.alerts[: (MAX_BLOCKS - 2) // 3]
     for a in shown:
         blocks += [alert_block(a, now, headline=len(n.alerts) > 1), context_block(a),
                    {"type": "divider"}]
     if len(n.alerts) > len(shown):
-        blocks.append({"type": "context", "elements": [{"type": "mrkdwn", "text": (
-            f"+{len(n.alerts) - len(shown)} more alerts: `watchdog alerts` on the node")}]})
+        blocks.append({"type": "context", "elements": [mrkdwn(
+            f"+{len(n.alerts) - len(shown)} more alerts: `watchdog alerts` on the node")]})
     elif blocks[-1]["type"] == "divider":
         blocks.pop()
-    return {"text": _cut(title, SECTION_MAX), "blocks": blocks[:MAX_BLOCKS]}
+    return {"text": _cut(slack(title), SECTION_MAX), "blocks": blocks[:MAX_BLOCKS]}
 
 
 def change_text(n: Notification, now: float) -> str:
     """The thread reply: what changed since the previous message of this group."""
     changed = [a for a in n.alerts if a.fingerprint in n.changed] or list(n.alerts)
     if n.reason == "repeat":
-        return "still firing: " + "; ".join(render.headline(a, now) for a in changed)
-    return "\n".join(render.headline(a, now) for a in changed)
+        return "still firing: " + "; ".join(slack(render.headline(a, now)) for a in changed)
+    return "\n".join(slack(render.headline(a, now)) for a in changed)
 
 
 @dataclass
@@ -137,7 +158,8 @@ class SlackSink:
                 r = self.client.chat_postMessage(channel=self.channel, **msg)
                 if n.reason not in ("meta", "test"):
                     mem.update(channel=r["channel"], ts=r["ts"])
-                return Accepted(mem)
+                return Accepted(mem, line(f"ok from {http.host_of(self.client.base_url)} "
+                                          f"(channel {r.get('channel')}, ts {r.get('ts')})"))
             if mem.get("updated_for") != n.id:
                 self.client.chat_update(channel=mem["channel"], ts=mem["ts"], **msg)
                 mem["updated_for"] = n.id
@@ -154,7 +176,10 @@ class SlackSink:
             return failure_result(e, "slack webhook: ")
         except Exception as e:  # noqa: BLE001 - anything else the client raises
             return Retry(clean(f"slack webhook: {type(e).__name__}: {e}"))
-        return by_status(r.status_code, str(r.body), r.headers, what="slack webhook: ")
+        result = by_status(r.status_code, str(r.body), r.headers, what="slack webhook: ")
+        if isinstance(result, Accepted):
+            return Accepted(result.memory, f"HTTP {r.status_code}: {line(str(r.body)[:40])}")
+        return result
 
     def close(self) -> None:
         return None

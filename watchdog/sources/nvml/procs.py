@@ -5,9 +5,17 @@ NVML gives the pid and GPU memory; the rest comes from ``/proc/<pid>``: ``comm``
 only that verdict is kept, never the command line, whose arguments may hold secrets),
 ``environ`` (``SLURM_JOB_ID`` and ``SLURM_RESTART_COUNT``; readable only for our own user
 or root) and ``cgroup`` (Slurm's ``job_<id>`` cgroup, a container runtime's scope, a
-Kubernetes pod's ``pod<uid>`` slice). A pod's namespace and name come from the kubelet's
-log folder ``/var/log/pods/<namespace>_<pod>_<uid>`` where the node has it (the API server
-is never asked). Anything unreadable is simply ``None``: a health probe must not fail
+Kubernetes pod's ``pod<uid>`` slice).
+
+A process's environment is untrusted text: any user sets ``SLURM_JOB_ID`` to what they
+like. Both variables are taken only as digits (at most :data:`SLURM_ID_DIGITS`; anything
+else is dropped, with a note ``watchdog status`` shows), the ``job_<id>`` cgroup, which a
+user cannot choose, wins over the variable, and an id that only the environment gave is
+marked ``job_from="environ"``: it labels the GPU but never joins a job-wide incident.
+
+A pod's namespace and name come from the kubelet's log folder
+``/var/log/pods/<namespace>_<pod>_<uid>`` where the node has it (the API server is never
+asked). Anything unreadable is simply ``None``: a health probe must not fail
 because another user's process is private. ``proc_root`` and ``pods_root`` are
 injectable so tests use a fake tree.
 """
@@ -40,6 +48,11 @@ _POD_NAMES_MAX = 256
 _POD_MISSES: dict[str, float] = {}  # uid -> when (monotonic s) its folder was not there
 POD_RETRY_S = 60.0  # a pod's folder not found is looked for again after this long (s)
 
+
+SLURM_ID_DIGITS = 20
+"""The most digits a ``SLURM_JOB_ID`` or ``SLURM_RESTART_COUNT`` may have (Slurm's ids are
+32-bit: 10 digits)."""
+_DIGITS = re.compile(rf"^[0-9]{{1,{SLURM_ID_DIGITS}}}$")
 
 CMDLINE_MAX = 4096
 """Bytes of ``/proc/<pid>/cmdline`` kept: the program and its first arguments say what it
@@ -149,13 +162,39 @@ def describe(pid: int, used_memory_mib: float | None, proc_root: str = "/proc",
                or (name is not None and serving_pattern.search(name) is not None)) \
         if (cmdline or name) else None
     environ = _read(base / "environ")
-    job = job_from_environ(environ)
     cg = _read(base / "cgroup")
     cg_text = cg.decode(errors="replace") if cg else None
     cg_job, container = parse_cgroup(cg_text)
+    job, run, job_from, note = slurm_identity(pid, environ, cg_job)
     pod = pod_from_cgroup(cg_text)
     ns, pod_name = pod_names(pod, pods_root) if pod else (None, None)
     return ProcessInfo(pid=pid, name=name, used_memory_mib=used_memory_mib,
-                       job_id=job or cg_job, container=container, serving=serving,
-                       job_run=env_value(environ, b"SLURM_RESTART_COUNT") if job else None,
-                       pod_uid=pod, pod_namespace=ns, pod_name=pod_name)
+                       job_id=job, container=container, serving=serving, job_run=run,
+                       pod_uid=pod, pod_namespace=ns, pod_name=pod_name,
+                       job_from=job_from, job_note=note)
+
+
+def slurm_identity(pid: int, environ: bytes | None, cg_job: str | None
+                   ) -> tuple[str | None, str | None, str | None, str | None]:
+    """``(job id, run, where the id came from, note)`` of one process: the cgroup's
+    ``job_<id>`` wins; else ``SLURM_JOB_ID`` if it is digits (``job_from="environ"``); the
+    run (``SLURM_RESTART_COUNT``) only with the variable's own job and only as digits.
+    ``note`` says what was dropped (shown by ``watchdog status``), else None."""
+    env_job = job_from_environ(environ)
+    env_run = env_value(environ, b"SLURM_RESTART_COUNT") if env_job else None
+    notes = []
+    if env_job is not None and not _DIGITS.match(env_job):
+        notes.append(f"SLURM_JOB_ID {env_job[:40]!r} is not a job id (digits only)")
+        env_job = env_run = None
+    if env_run is not None and not _DIGITS.match(env_run):
+        notes.append(f"SLURM_RESTART_COUNT {env_run[:40]!r} is not a number")
+        env_run = None
+    if cg_job is not None:
+        if env_job is not None and env_job != cg_job:
+            notes.append(f"SLURM_JOB_ID {env_job} is not its cgroup's job {cg_job}")
+            env_run = None
+        job, job_from = cg_job, "cgroup"
+    else:
+        job, job_from = env_job, "environ" if env_job is not None else None
+    note = f"pid {pid}: {'; '.join(notes)}: dropped" if notes else None
+    return job, env_run, job_from, note

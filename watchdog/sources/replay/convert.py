@@ -29,6 +29,14 @@ import pandas as pd
 from watchdog import reasons
 from watchdog.errors import InputError
 
+#: The highest GPU index a log may name. nvidia-smi and NVML number the GPUs one operating
+#: system sees from 0, and the largest nodes have 8 to 16 (a DGX-2/HGX-2 16; a GB200 NVL72
+#: rack is 18 nodes of 4): 1023 is 64 times that, the size of the fake NVML's largest test
+#: node, and small enough that an index is exact in float64 and int64. A value past it (a
+#: corrupted field, 1e30, which once wrapped to INT64_MIN and merged GPUs) or below 0 is
+#: not a GPU.
+MAX_GPU_INDEX = 1023
+
 MISSING_TEXT = frozenset({"", "n/a", "[n/a]", "[not supported]", "not supported", "-", "nan",
                           "none", "[unknown]"})
 _NUM = re.compile(r"^\s*([-+]?(?:\d+\.?\d*|\.\d+)(?:[eE][-+]?\d+)?)\s*([A-Za-z%/]*)\s*$")
@@ -236,3 +244,17 @@ def _one_time(text: str, tz: str | None) -> float:
         return float(t.timestamp())
     except (ValueError, TypeError, OverflowError):
         return math.nan
+
+
+def gpu_index(values: np.ndarray, column: str, where: Callable[[int], str]) -> np.ndarray:
+    """GPU indices (float64, NaN already refused by the caller) as int64: whole numbers in
+    0..:data:`MAX_GPU_INDEX`, else one :class:`InputError` naming the first row out of
+    range. Checked before the cast, so no value wraps and numpy warns of nothing."""
+    bad = ~((values >= 0) & (values <= MAX_GPU_INDEX) & (values == np.floor(values)))
+    if bad.any():
+        row = int(np.flatnonzero(bad)[0])
+        v = values[row]
+        what = "is not a whole number" if 0 <= v <= MAX_GPU_INDEX else \
+            f"is out of range 0-{MAX_GPU_INDEX}"
+        raise InputError(f"{where(row)}: column {column!r}: GPU index {v:g} {what}")
+    return values.astype(np.int64)

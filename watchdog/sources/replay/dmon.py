@@ -106,7 +106,7 @@ def read(path: str, data: bytes, *, host: str, tz: str | None, interval: float,
                                    where=where)
     if np.isnan(idx_f).any():
         raise InputError(f"{where(int(np.flatnonzero(np.isnan(idx_f))[0]))}: missing GPU index")
-    index = idx_f.astype(np.int64)
+    index = convert.gpu_index(idx_f, "gpu", where)
     ts = _times(raw, names, index, path=path, tz=tz, interval=interval, mtime=mtime,
                 where=where, warnings=warnings)
     metrics: dict[str, np.ndarray] = {}

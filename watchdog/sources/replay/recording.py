@@ -27,6 +27,7 @@ import pandas as pd
 
 from watchdog.errors import InputError
 from watchdog.records import DeviceInfo, ProcessInfo, XidEvent
+from watchdog.sources.replay.convert import MAX_GPU_INDEX
 from watchdog.sources.replay.frame import Key, Recording
 from watchdog.sources.replay.sniff import MAGIC
 
@@ -43,9 +44,10 @@ MAX_JSON = 16 << 20
 MAX_CHUNK_ROWS = 1 << 20
 #: The most arrays one chunk may hold (5 fixed + ``meta`` + two per metric).
 MAX_CHUNK_ARRAYS = 1024
-#: The most GPUs a manifest or a chunk may list, and the highest GPU index.
+#: The most GPUs a manifest or a chunk may list, and the highest GPU index (every log's:
+#: :data:`watchdog.sources.replay.convert.MAX_GPU_INDEX`, which says why).
 MAX_GPUS = 4096
-MAX_INDEX = 65535
+MAX_INDEX = MAX_GPU_INDEX
 #: Every chunk's arrays together, uncompressed, may declare at most this many bytes per
 #: byte of the file, beyond a first 64 MiB, and never more than MAX_TOTAL. Real
 #: recordings decompress 15-20x (sim) to ~50x (an idle node, nearly every value constant);

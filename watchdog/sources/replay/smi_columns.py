@@ -146,7 +146,7 @@ def to_recording(path: str, raw: pd.DataFrame, *, mapping: dict[str, str], host:
         if np.isnan(idx).any():
             row = int(np.flatnonzero(np.isnan(idx))[0])
             raise InputError(f"{where(row)}: column {roles['index']!r}: missing GPU index")
-        index = idx.astype(np.int64)
+        index = convert.gpu_index(idx, roles["index"], where)
     uuid = None
     uuid_codes = None  # equal codes <=> equal uuid, when known cheaply
     if "uuid" in roles:
