@@ -69,3 +69,25 @@ def test_new_rules_reach_the_detector_and_the_alerting_lookup(tmp_path: Path) ->
         agent.pipeline.close(drain_s=0)
         agent.db.close()
         agent.lock.release()
+
+
+def test_a_shadow_agent_never_acts_on_the_scheduler(tmp_path: Path) -> None:
+    """`run --shadow` beside the node's agent notifies nobody and drains nothing: with a
+    `slurm:` section it builds no Slurm actor (the node's own agent does)."""
+    from watchdog.service.slurm import parse_config
+
+    slurm = parse_config({"dry_run": True, "node": "n1"}, "w.yaml:slurm")
+    cfg = Config(source="sim:healthy", path=str(tmp_path / "w.yaml"), slurm=slurm)
+    for shadow, acts in ((False, True), (True, False)):
+        agent = build(cfg, spec="sim:healthy", options=SourceOptions(sim_gpus=2), interval=1.0,
+                      speed=1.0, rules_override=[], state_dir=str(tmp_path / f"s{shadow}"),
+                      demo=False, clock=ManualClock(1_750_000_000.0), stop_after=None,
+                      shadow=shadow)
+        try:
+            assert (agent.slurm is not None) is acts
+        finally:
+            if agent.slurm is not None:
+                agent.slurm.stop()
+            agent.pipeline.close(drain_s=0)
+            agent.db.close()
+            agent.lock.release()

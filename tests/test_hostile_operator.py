@@ -560,7 +560,7 @@ def test_a_claim_refused_after_the_start_mutes_and_stops_the_agent(
     """agent: where NVML answered only after both agents started, the one that finds the
     GPUs claimed when they open is muted and stopped (exit 2), never left paging"""
     from watchdog.errors import SourceUnavailable
-    from watchdog.service.agent import GpuClaim
+    from watchdog.service.claim import GpuClaim
     from watchdog.sources import SourceOptions
     from watchdog.store import claims
     from watchdog.testing import fakenvml

@@ -25,9 +25,9 @@ from typing import Any
 
 from watchdog.anomaly.handover import Handover
 from watchdog.clock import Clock
-from watchdog.detect.learned import LEVELS_VERSION, trusted_levels
 from watchdog.errors import SourceUnavailable
 from watchdog.incident import Incident
+from watchdog.pipeline import learned_state
 from watchdog.pipeline.own import OwnIncidents, sinks_down
 from watchdog.pipeline.ports import Alerting, AnomalyHook, Recording
 from watchdog.pipeline.settings import Settings
@@ -365,26 +365,15 @@ class LivePipeline:
         self._state_error = text
 
     def _load_learned(self) -> None:
-        if self.store is None or self.detector is None:
-            return
-        waits, stored = self.store.load_learned(self.host)
-        levels, dropped = trusted_levels(stored)
-        for line in dropped:
-            log.warning("learned power levels of GPU %s: learning them again", line)
-        self.detector.load_learned_state(waits)
-        self.detector.load_learned_levels(levels)
-        if waits:
-            log.info("learned waits restored: %s", ", ".join(
-                f"{rule} {w.get('longest_s') or 0:.0f} s" for rule, w in sorted(waits.items())))
+        if self.store is not None and self.detector is not None:
+            learned_state.restore(self.store, self.detector, self.host)
 
     def save(self) -> None:
         """Write the learned waits and levels to the store (every minute and at shutdown)."""
         now = self.clock.now()
         self._saved_at = now
-        if self.store is None or self.detector is None:
-            return
-        self.store.save_learned(self.host, self.detector.learned_state(),
-                                self.detector.learned_levels(), now, LEVELS_VERSION)
+        if self.store is not None and self.detector is not None:
+            learned_state.persist(self.store, self.detector, self.host, now)
 
     def replace_detector(self, make_detector: Callable[[LiveSource], Any] | None = None
                          ) -> None:

@@ -14,6 +14,7 @@ from typing import Any
 
 from watchdog.clock import Clock
 from watchdog.pipeline.settings import Settings
+from watchdog.service.claim import GpuClaim, claim_at_start
 
 log = logging.getLogger("watchdog.agent")
 METRICS_RETRY_S = 10.0  # a metrics port that was taken is tried again this often
@@ -188,82 +189,6 @@ def within_retention(rules: Any, retention_s: float | None) -> None:
                                  "database keeps")
 
 
-class GpuClaim:
-    """This agent's claim on the GPUs it watches (:mod:`watchdog.store.claims`: one agent
-    per node). Taken when the source first opens: at start where NVML answers, else at
-    the first open that works. A claim refused then (another agent started meanwhile)
-    stops this agent with exit 2 and mutes it first (``on_refused``)."""
-
-    def __init__(self, info: dict[str, Any], wanted: bool) -> None:
-        self.info = info
-        self.pending = wanted
-        self.claims: Any = None
-        self.on_refused: Any = None  # (SecondAgent) -> None, set by build()
-
-    def take(self, source: Any) -> None:
-        """Claim ``source``'s GPUs (once); raises SecondAgent or InputError."""
-        from watchdog.store.claims import claim, claims_dir
-
-        if not self.pending:
-            return
-        self.claims = claim([d.uuid for d in source.devices()], self.info)
-        self.pending = False
-        if self.claims is None:
-            log.warning("GPUs not claimed: cannot create %s, so an agent started later "
-                        "cannot see this one (run as root or the service's user)",
-                        claims_dir())
-
-    def opener(self, spec: str, options: Any, first: Any) -> Any:
-        """The pipeline's source opener: ``first`` (the source opened at start, or None),
-        then new ones, each claimed until a claim is held."""
-        from watchdog.errors import SourceUnavailable
-        from watchdog.sources import open_live
-        from watchdog.store.claims import SecondAgent
-
-        handed = [first]
-
-        def open_source(now: float) -> Any:
-            source = handed.pop() if handed and handed[0] is not None else \
-                open_live(spec, options, start=now)
-            handed.clear()
-            try:
-                self.take(source)
-            except SecondAgent as e:
-                source.close()
-                if self.on_refused is not None:
-                    self.on_refused(e)
-                raise SourceUnavailable(str(e)) from None
-            return source
-
-        return open_source
-
-    def release(self) -> None:
-        if self.claims is not None:
-            self.claims.release()
-            self.claims = None
-
-
-def _claim_at_start(spec: str, options: Any, clock: Clock, gpus: GpuClaim) -> Any:
-    """Open an nvml source now and claim its GPUs (SecondAgent: refused, exit 2); the
-    open source goes to the pipeline. None where NVML does not answer yet: the claim is
-    then taken at the first open that works."""
-    from watchdog.errors import SourceUnavailable
-    from watchdog.sources import open_live
-
-    if not gpus.pending:
-        return None
-    try:
-        source = open_live(spec, options, start=clock.now())
-    except SourceUnavailable:
-        return None
-    try:
-        gpus.take(source)
-    except BaseException:
-        source.close()
-        raise
-    return source
-
-
 def _detector_factory(settings: Settings, host: str | None) -> Any:
     """Builds the live detector for a source's GPUs with the rules in force."""
     from watchdog.pipeline.core import build_detector
@@ -398,7 +323,7 @@ def build(cfg: Any, *, spec: str, options: Any, interval: float, speed: float,
         gpus = GpuClaim({"pid": os.getpid(), "state_dir": str(sdir), "host": host,
                          "started_at": getattr(clock, "real", clock.now)()},
                         wanted=namespace == "nvml" and not shadow)
-        first = _claim_at_start(spec, options, clock, gpus)
+        first = claim_at_start(spec, options, clock, gpus)
         db = Store(sdir)
         store = AgentStore(db, namespace)
     except BaseException:
@@ -430,7 +355,7 @@ def build(cfg: Any, *, spec: str, options: Any, interval: float, speed: float,
     tee.status_to = pipeline.extra_status
     if fleet is not None:
         fleet.start()
-    slurm = _slurm(cfg, pipeline, db)
+    slurm = None if shadow else _slurm(cfg, pipeline, db)  # a shadow never acts
     stop_at = clock.now() + stop_after if stop_after is not None else None
     agent = Agent(cfg=cfg, spec=spec, pipeline=pipeline, daemon=None,
                   rules_override=rules_override, state_dir=sdir, lock=lock, db=db,
