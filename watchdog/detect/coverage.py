@@ -207,7 +207,7 @@ def coverage(rules: Iterable[Rule], metrics: Iterable[str],
             if sig == "power_limit_w" and math.isnan(code):
                 said.append("no power limit in this log and no GPU name the catalogue "
                             "knows: judged against the idle and busy levels learned from it "
-                            "(idle taken as 20% of busy until an idle period is seen)")
+                            "(idle taken as 15% of busy until an idle period is seen)")
                 continue
             w = fb.words(sig, code, value, name)
             if w is not None:

@@ -17,8 +17,9 @@ What each level is, and what cannot teach it something false:
   utilization < 5 %). Where the node shows a GPU with no process, that is its floor without
   a CUDA context (H100 74 W, H200 79 W in ``real-gpu``); a node only ever seen with a
   context open learns that instead (H100 122 W). Both lie far below work (2.5x and more),
-  and a spinning kernel draws about the context's level, so the hang rule's 20 % line
-  (idle + 20 % of busy - idle) sits above a hang either way. Nothing busy can lower it.
+  and a spinning kernel draws about the context's level, so the hang rule's lines (idle
+  + 25 % of busy - idle, and 2.5x idle) sit above a hang either way. Nothing busy can
+  lower it.
 * **busy** (W): the highest 30 s mean of power over the *working* readings of those 30 s
   (:func:`working`: the reading's own utilization >= 90 %, its power >= 2.5x idle, and
   GPM SM activity >= 15 % where the GPU reports it), counted only where working readings

@@ -49,9 +49,9 @@ RULE_OF = {"comm_hang": "comm_hang", "stall": "stall", "thermal_throttle": "ther
 DEADLINE_S = {"thermal_throttle": 60.0, "memory_pressure": 1800.0}
 HANG_SLACK_S = 60.0  # after the hang rule's own `for` (its promise)
 STALL_SLACK_S = 60.0
-# the job's own work repeated before an injected stall (s): a stall is judged after 10 min
-# of observed history (detect.learned.WORK_MIN_HISTORY_S), which the short logs lack
-STALL_LEAD_S = 660.0
+# (LogCase.stall_lead_s: the job's own work repeated before an injected stall, 660 s: a
+# stall is judged after 10 min of the job, detect.learned.WORK_MIN_HISTORY_S, which the
+# short logs lack)
 STALL_LEAD_UTIL = 95.0  # ... of a minute the job worked throughout (mean util %), repeated
 
 
@@ -73,6 +73,9 @@ class LogCase:
     busy_util: float = 80.0  # what "working" is in this log (mean util %, over busy_span s)
     busy_span: float = 60.0
     thermal_after_s: float | None = None  # the thermal fault's earliest onset, if later
+    # the job's own work written before an injected stall (s; 0: the stall strikes at the
+    # onset, before the rule can judge a short history)
+    stall_lead_s: float = 660.0
     max_operating_c: float | None = None  # known for the GPU: the T.Limit column derives
 
 
@@ -183,7 +186,7 @@ def _inject(raw: inject.RawLog, log: LogCase, kind: str) -> inject.Label:
         gpus = raw.busy_gpus(onset, log.busy_util, log.busy_span)
         if kind == "stall":  # judged after 10 min of steady work: the job works that long
             return inject.stall(raw, onset, idle_w=log.idle_w, gpus=gpus,
-                                lead_s=STALL_LEAD_S)
+                                lead_s=log.stall_lead_s)
         return fn(raw, onset, idle_w=log.idle_w, gpus=gpus)
     if kind == "thermal_throttle":
         assert log.slowdown_c is not None
