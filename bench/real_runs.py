@@ -75,7 +75,8 @@ class Run:
     incidents: list[Any] = field(default_factory=list)
     false: list[Any] = field(default_factory=list)
     found: list[bool] = field(default_factory=list)
-    model: list[str] = field(default_factory=list)
+    model: list[str] = field(default_factory=list)  # the model's notes (stderr lines)
+    decisions: list[Any] = field(default_factory=list)  # per GPU: fitted or declined
     error: str | None = None
     seconds: float = 0.0
 
@@ -168,6 +169,7 @@ def replay(run: Run, rules: Any, model: str) -> None:
             apply(results, model, None, note=run.model.append)
         for r in results:
             run.incidents.extend(r.incidents)
+            run.decisions.extend(getattr(r, "model", None) or ())
             run.busy_h += busy_gpu_hours(r.frame)
             run.gpus += int(r.frame["uuid"].nunique()) if len(r.frame) else 0
     run.seconds = time.perf_counter() - t0
@@ -229,6 +231,10 @@ def report(runs: list[Run], verbose: bool) -> list[str]:
                              f"{inc.summary[:110]}")
             for note in run.model:
                 lines.append(f"      model: {note}")
+        fitted = sum(d.decision == "fitted" for d in run.decisions)
+        if run.decisions:
+            lines[-1 - (len(run.incidents) + len(run.model) if verbose else 0)] += (
+                f"  [model fitted {fitted}/{len(run.decisions)} GPUs]")
     return lines
 
 

@@ -31,6 +31,7 @@ SIGNAL_SOURCE = {
     "sm_clock_pct": "clocks.sm", "sm_activity": "gpm.sm_activity",
     "tensor_activity": "gpm.tensor_activity", "throttle_bad": "clocks_event_reasons.active",
     "temp_work_max_c": "temperature.gpu", "work_before_idle": "utilization.gpu",
+    "power_idle_learned_w": "power.draw",
 }
 FLAG_SOURCE = "clocks_event_reasons.active"
 XID_SIGNALS = {"xid": math.nan, "xid_count": 0.0}  # their value at a sample with no XID

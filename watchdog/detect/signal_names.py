@@ -17,7 +17,7 @@ SIGNALS: tuple[str, ...] = (
     "power_pct", "power_limit_w", "power_idle_w", "power_busy_w", "power_rel", "mem_pct",
     "mem_total_mib", "sm_clock_pct", "sm_activity", "tensor_activity", *FLAG_SIGNALS,
     "throttle_bad", "lost", "xid", "xid_count", "pcie_width_max", "pcie_gen_max", "serving",
-    "temp_limit_c", "temp_work_max_c", "work_before_idle", "watched_s",
+    "temp_limit_c", "temp_work_max_c", "work_before_idle", "watched_s", "power_idle_learned_w",
 )
 # signals whose computation advances learned per-GPU state (running idle/busy power,
 # running max SM clock, the serving rhythm, the temperature seen while working, the work
@@ -25,7 +25,7 @@ SIGNALS: tuple[str, ...] = (
 # every block
 LEARNING_SIGNALS = frozenset({"power_idle_w", "power_busy_w", "power_rel", "sm_clock_pct",
                               "serving", "temp_work_max_c", "work_before_idle",
-                              "watched_s"})
+                              "watched_s", "power_idle_learned_w"})
 # signals with a chain of fallbacks (``docs/rules.md``, "What each rule uses"): each has
 # a hidden companion ``NAME#src``, the code of the source used at each sample, which the
 # engine turns into the words of a page (:mod:`fallbacks`)

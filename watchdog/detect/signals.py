@@ -165,7 +165,7 @@ class Block(Segments):
                 return self._work_before_idle()
             if name == "watched_s":
                 return self.levels.watched(self)
-            if name in ("power_idle_w", "power_busy_w"):
+            if name in ("power_idle_w", "power_busy_w", "power_idle_learned_w"):
                 self._learn_power()
                 return self.cache[name]
             if name == "power_rel":
@@ -259,6 +259,7 @@ class Block(Segments):
                    self.metric("gpm.sm_activity"))
         idle, busy, work = lv.power(self, util, power, ref, reading)
         self.cache["§working"] = work
+        self.cache["power_idle_learned_w"] = idle  # NaN until an idle period is seen
         self.cache["power_idle_w"] = self._chain("power_idle_w", [
             (fb.IDLE_LEARNED, idle), *fixed, (fb.IDLE_BUSY, fb.IDLE_OF_BUSY * busy)])
         self.cache["power_busy_w"] = self._chain("power_busy_w", [
