@@ -24,3 +24,36 @@ def test_row_median_is_numpys_nanmedian(vals: np.ndarray) -> None:
         warnings.simplefilter("ignore", RuntimeWarning)  # all-NaN rows
         want = np.nanmedian(vals, axis=1)
     assert np.array_equal(_row_median(vals), want, equal_nan=True)
+
+
+def test_a_gpus_job_is_the_gpus_holding_its_share_of_memory_within_5_points() -> None:
+    from watchdog.detect.evaluate import JOB_MEMORY_PTS, same_job
+
+    assert JOB_MEMORY_PTS == 5.0
+    pct = np.array([[99.0, 94.1, 93.9, 45.0, np.nan]])  # one tick, five GPUs
+    used = np.array([[80700.0, 76700.0, 76500.0, 36700.0, np.nan]])
+    jobs = same_job(pct, used)[0]
+    # 4.9 points apart is one job, 5.1 is not; a GPU whose memory is not read is in no
+    # read GPU's job (it compares against every GPU itself)
+    assert jobs[0].tolist() == [True, True, False, False, False]
+    assert jobs[3].tolist() == [False, False, False, True, False]  # alone
+    assert jobs[4].all()  # no memory reading: every GPU is its peer
+    small = same_job(np.array([[1.0, 1.0]]), np.array([[1023.0, 2000.0]]))[0]
+    assert small.tolist() == [[True, False], [False, True]]  # under 1 GiB holds no job
+
+
+def test_peer_median_and_job_first_are_taken_over_the_job() -> None:
+    from watchdog.detect.evaluate import _by_job, same_job
+
+    util = np.array([[96.0, 95.0, 97.0, 61.0, 99.0]])
+    pct = np.array([[99.5, 99.6, 99.4, 47.0, 41.0]])
+    used = pct * 800.0
+    jobs = same_job(pct, used)
+    present = np.ones_like(util, dtype=bool)
+    med = _by_job("peer_median", util, present, jobs)[0]
+    assert med.tolist() == [96.0, 96.0, 96.0, 61.0, 99.0]  # the foreign ones alone
+    first = _by_job("job_first", util, present, jobs)[0]
+    assert first.tolist() == [1.0, 0.0, 0.0, 1.0, 1.0]  # each job's lowest index
+    gone = present.copy()
+    gone[0, 0] = False  # rank 0 missing at this tick: the next one is first
+    assert _by_job("job_first", util, gone, jobs)[0].tolist() == [0.0, 1.0, 0.0, 1.0, 1.0]

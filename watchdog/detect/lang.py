@@ -29,7 +29,7 @@ from watchdog.detect.signal_names import SIGNALS
 WINDOW_FUNCS = ("mean", "min", "max", "last", "slope", "frac", "delta", "rate")
 PLAIN_FUNCS = {"present": (1, 1), "coalesce": (2, None), "abs": (1, 1)}
 NODE_FUNCS = ("count", "frac_gpus", "any_gpu", "all_gpus",
-              "peer_median", "peer_mean", "peer_min", "peer_max")
+              "peer_median", "peer_mean", "peer_min", "peer_max", "job_first")
 MAX_WINDOW_S = 3600.0
 #: the most tokens one expression may have (the shipped rules: at most 124)
 MAX_TOKENS = 1024
