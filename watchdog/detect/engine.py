@@ -75,7 +75,7 @@ class Detector:
         self._rules = RuleRunner(self.rules, host, self.config.max_gap, announced,
                                  self._ledger, self.config.interval)
         self._pruned = self._rules.pruned  # rules left out for the announced metrics
-        self._levels = PowerLevels(self.config.learn_power_levels)
+        self._levels = PowerLevels(self.config.learn_power_levels, self.config.interval)
         self._intake = Intake(devices, self.config.max_gap, announced, self._levels)
         # live batching (feed_tick): seconds of data time between evaluations; 0 = every tick
         self.tick_batch_s = tick_batch_s

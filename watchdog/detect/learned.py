@@ -20,12 +20,16 @@ What each level is, and what cannot teach it something false:
   and a spinning kernel draws about the context's level, so the hang rule's lines (idle
   + 25 % of busy - idle, and 2.5x idle) sit above a hang either way. Nothing busy can
   lower it.
-* **busy** (W): the highest 30 s mean of power over the *working* readings of those 30 s
+* **busy** (W): the highest power the GPU held through a window of *working* readings
   (:func:`working`: the reading's own utilization >= 90 %, its power >= 2.5x idle, and
-  GPM SM activity >= 15 % where the GPU reports it), counted only where working readings
-  fill at least :data:`BUSY_MIN_SHARE` of the window. A window mean of utilization and
-  power would blend work with idle gaps and spinning: on a real H200 whose utilization
-  aliases at 1 Hz (100 % and 0 % from one reading to the next while it draws 520-690 W),
+  GPM SM activity >= 15 % where the GPU reports it): the running maximum of the mean
+  working reading of each window of 30 s (or of :data:`BUSY_MIN_READINGS` sampling
+  intervals on a sparse log), counted only where working readings fill a third of the
+  window and are at least three. A single reading never sets it: at 30 s sampling the
+  highest reading of a 3-hour run lay above 99 % of its working readings. A window mean
+  of utilization and power would blend work with idle gaps and spinning: on a real H200
+  whose utilization aliases at 1 Hz (100 % and 0 % from one reading to the next while it
+  draws 520-690 W),
   the 30 s utilization mean passes 90 % only where a busy-wait fills the window, and a
   window of 28 s of spin and 2 s of work taught "busy 203 W", which hid the next hang.
   Readings are judged one by one, so neither aliasing nor a wait nor an idle gap enters
@@ -81,10 +85,11 @@ BUSY_OVER_IDLE = 2.5
 # ... and, where GPM is read, with at least this SM activity (%): a busy-wait kernel shows
 # 0.8 % (real-gpu/h200-spin-hang), training 75 %
 BUSY_SM_ACTIVITY_PCT = 15.0
-# a 30 s window teaches the busy level only where working readings fill this share of it:
-# an H200 whose utilization aliases at 1 Hz shows about half its readings at 100 %; a
-# stray reading or two never set the level alone
+# a window teaches the busy level only where working readings fill this share of it (an
+# H200 whose utilization aliases at 1 Hz shows about half its readings at 100 %) and are
+# at least this many: the level is their mean, so a stray reading never sets it
 BUSY_MIN_SHARE = 1.0 / 3.0
+BUSY_MIN_READINGS = 3
 # the highest temperature seen while working counts from this long after it was seen
 # (s): a cooling fault's own climb (a minute or two) never raises its reference
 WORK_TEMP_DELAY_S = 600.0
@@ -158,15 +163,22 @@ class PowerLevels:
     would be learned as its "busy" level and hide the hang.
     """
 
-    def __init__(self, power_levels: bool = True) -> None:
+    def __init__(self, power_levels: bool = True, interval: float | None = None) -> None:
+        """``interval`` (s): the input's sampling interval where known (a log's); the busy
+        level's window holds :data:`BUSY_MIN_READINGS` of them (30 s at least)."""
         self.power_levels = power_levels
+        step = interval if interval and interval > 0 else 1.0
+        self.busy_window_s = max(LEARN_WINDOW_S, BUSY_MIN_READINGS * step)
+        # share of the window the working readings fill: a third, and 3 readings' worth
+        self.busy_share_pct = 100.0 * max(BUSY_MIN_SHARE,
+                                          BUSY_MIN_READINGS * step / self.busy_window_s)
         self.idle_w = np.empty(0)
         self.busy_w = np.empty(0)
         self.max_sm_mhz = np.empty(0)
         self.util_mean = Window("mean", LEARN_WINDOW_S)
-        # the busy level's window: mean power over working readings, and their share
-        self.work_power = Window("mean", LEARN_WINDOW_S)
-        self.work_share_w = Window("frac", LEARN_WINDOW_S)
+        # the busy level's window: the mean power of its working readings, their share
+        self.work_power = Window("mean", self.busy_window_s)
+        self.work_share_w = Window("frac", self.busy_window_s)
         # serving rhythm per slot: start (s) of the current idle-with-memory run, end (s)
         # of the last server-like gap (NaN: none)
         self.idle_since = np.empty(0)
@@ -208,11 +220,11 @@ class PowerLevels:
         learned yet), and which readings were working (bool).
 
         Idle: the running lowest 30 s mean ``power`` while the 30 s mean ``util`` (%) is
-        below 5 %. Busy: the running highest 30 s mean of power over the working readings
+        below 5 %. Busy: the running highest of each window's mean working reading
         (:func:`working` on ``reading`` = the reading's own utilization (%), power (W) and
         GPM SM activity (%), against the idle level learned so far, else ``idle_ref``; no
-        power test where neither is known) where they fill :data:`BUSY_MIN_SHARE` of the
-        window. The fallbacks are the caller's."""
+        power test where neither is known) where they fill its share (a third, and three
+        readings: ``busy_share_pct``). The fallbacks are the caller's."""
         r_util, r_power, r_sm = reading
         if not self.power_levels:  # nothing learned: the caller's fallbacks
             util = np.full(len(util), NAN)
@@ -223,7 +235,7 @@ class PowerLevels:
         mean = self.work_power.update_block(seg, np.where(work, r_power, NAN))
         share = self.work_share_w.update_block(seg, work.astype(np.float64))  # %
         busy = _running(seg, np.fmax, self.busy_w,
-                        np.where(share >= 100.0 * BUSY_MIN_SHARE, mean, NAN))
+                        np.where(share >= self.busy_share_pct, mean, NAN))
         _first(seg, idle, self.since["idle"])
         _first(seg, busy, self.since["busy"])
         return idle, busy, work
