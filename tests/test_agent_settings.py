@@ -91,3 +91,20 @@ def test_a_shadow_agent_never_acts_on_the_scheduler(tmp_path: Path) -> None:
             agent.pipeline.close(drain_s=0)
             agent.db.close()
             agent.lock.release()
+
+
+def test_the_configs_retention_reaches_the_pipeline_and_a_reload_changes_it(
+        tmp_path: Path) -> None:
+    cfg = Config(source="sim:healthy", path=str(tmp_path / "w.yaml"), retention_s=7 * 86_400.0)
+    agent = build(cfg, spec="sim:healthy", options=SourceOptions(sim_gpus=2), interval=1.0,
+                  speed=1.0, rules_override=[], state_dir=str(tmp_path / "state"),
+                  demo=False, clock=ManualClock(1_750_000_000.0), stop_after=None,
+                  load_config=lambda _p: dataclasses.replace(cfg, retention_s=2 * 86_400.0))
+    try:
+        assert agent.pipeline.settings.retention_s == 7 * 86_400.0  # what the prune uses
+        agent.reload()
+        assert agent.pipeline.settings.retention_s == 2 * 86_400.0
+    finally:
+        agent.pipeline.close(drain_s=0)
+        agent.db.close()
+        agent.lock.release()

@@ -277,3 +277,28 @@ def test_a_wedged_nvml_call_is_an_nvml_error_incident_while_other_gpus_go_on() -
         agent.close()
     finally:
         fakenvml.uninstall()
+
+
+@pytest.mark.parametrize(("retention_s", "kept"), [(12 * 3600.0, False), (48 * 3600.0, True)])
+def test_the_configured_retention_prunes_resolved_incidents(tmp_path, retention_s: float,  # type: ignore[no-untyped-def]
+                                                            kept: bool) -> None:
+    """The config's ``retention:`` (through :class:`Settings`) is what the agent prunes
+    by, not the 90-day default: at the next daily prune a day-old resolved incident goes
+    under a 12 h retention and stays under a 48 h one."""
+    from watchdog.pipeline.settings import Settings
+
+    store = _store(tmp_path)
+    clock = ManualClock(start=1_750_000_000.0)
+    rules = load_rules()
+    spec = "sim:gpu_lost(for=2m)@60"
+    agent = LivePipeline(
+        lambda now: SimSource.from_spec(spec, gpus=8, seed=1, start=now),
+        lambda src: Detector(rules, host=src.host, devices=src.devices()),
+        clock, spec=spec, settings=Settings(5.0, rules, retention_s), store=store)
+    _run(agent, clock, 400)  # the GPU lost at 1 min, back at 3 min
+    resolved = "SELECT count(*) FROM incidents WHERE resolved_at IS NOT NULL"
+    before = store.db.run(lambda c: c.execute(resolved).fetchone()[0])
+    assert before >= 1
+    clock.advance(86_400.0)  # the next daily prune, the incidents a day old
+    agent.tick()
+    assert store.db.run(lambda c: c.execute(resolved).fetchone()[0]) == (before if kept else 0)

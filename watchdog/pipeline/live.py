@@ -333,7 +333,7 @@ class LivePipeline:
                 self._runtime_status(doc, now)
             if now - self._pruned_at >= PRUNE_EVERY_S:
                 self._pruned_at = now
-                n = self.store.prune(now)
+                n = self.store.prune(now, self.settings.retention_s)
                 if n:
                     log.info("pruned %d old row(s) from the state database", n)
         except Exception as e:  # noqa: BLE001 - a broken database must not stop detection

@@ -13,15 +13,20 @@ from collections.abc import Callable
 from typing import Any
 
 Listener = Callable[["Settings", frozenset[str]], None]
+DEFAULT_RETENTION_S = 90 * 86_400.0  # the config's default retention: 90 days
 
 
 class Settings:
     """``interval``: sampling period in seconds of the agent's clock; ``rules``: the
-    :class:`~watchdog.detect.loader.RuleSet` in force."""
+    :class:`~watchdog.detect.loader.RuleSet` in force; ``retention_s``: how long resolved
+    incidents (and learned levels of GPUs no longer seen) stay in the state database
+    (the config's ``retention:``)."""
 
-    def __init__(self, interval: float, rules: Any = None) -> None:
+    def __init__(self, interval: float, rules: Any = None,
+                 retention_s: float = DEFAULT_RETENTION_S) -> None:
         self.interval = interval
         self.rules = rules
+        self.retention_s = retention_s
         self._listeners: list[Listener] = []
 
     def subscribe(self, listener: Listener) -> None:
@@ -29,9 +34,13 @@ class Settings:
         changed something."""
         self._listeners.append(listener)
 
-    def update(self, *, interval: float | None = None, rules: Any = None) -> frozenset[str]:
+    def update(self, *, interval: float | None = None, rules: Any = None,
+               retention_s: float | None = None) -> frozenset[str]:
         """Apply new values; returns the names that changed (after telling everyone)."""
         changed = set()
+        if retention_s is not None and retention_s != self.retention_s:
+            self.retention_s = retention_s
+            changed.add("retention")
         if interval is not None and interval != self.interval:
             self.interval = interval
             changed.add("interval")

@@ -148,6 +148,7 @@ class Agent:
             if getattr(new, key) != getattr(self.cfg, key):
                 notes.append(f"{key} changed: takes effect at the next restart")
         changed = self._apply(new.interval, rules)
+        self.settings.update(retention_s=new.retention_s)
         if "interval" in changed:
             notes.append(f"interval now {new.interval:g}s")
         self.cfg = new
@@ -303,7 +304,8 @@ def build(cfg: Any, *, spec: str, options: Any, interval: float, speed: float,
     gpus: GpuClaim | None = None
     first = None
     try:
-        settings = Settings(interval, load_rules(rules_override or list(cfg.rules) or None))
+        settings = Settings(interval, load_rules(rules_override or list(cfg.rules) or None),
+                            cfg.retention_s)
         within_retention(settings.rules, getattr(cfg, "retention_s", None))
         sinks = None
         if cfg.notify is not None and cfg.notify.sinks:
