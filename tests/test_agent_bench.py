@@ -67,3 +67,15 @@ def test_agent_bench_measures_the_agent_again_with_a_model(tmp_path: Path) -> No
                           "--model", str(tmp_path / "missing.wdm")],
                          capture_output=True, text=True, timeout=60, check=False, cwd=ROOT)
     assert bad.returncode == 2 and "no such file" in bad.stderr
+
+
+@pytest.mark.slow
+def test_steady_state_bench_reports_rss_every_five_data_minutes() -> None:
+    out = subprocess.run([sys.executable, str(ROOT / "bench" / "steady_state.py"), "--gpus",
+                          "2", "--minutes", "10", "--interval", "5"],
+                         capture_output=True, text=True, timeout=300, check=False, cwd=ROOT)
+    assert out.returncode in (0, 1), out.stderr  # 1 = over budget, still a measurement
+    rows = [line.split() for line in out.stdout.splitlines()[1:-1]]
+    assert [(r[0], r[1]) for r in rows] == [("2", "5"), ("2", "10")], out.stdout
+    assert all(float(r[2]) > 0 and float(r[4]) > 0 for r in rows)
+    assert out.stdout.splitlines()[-1].startswith("peak RSS ")

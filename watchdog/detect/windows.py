@@ -349,12 +349,24 @@ class WindowSet:
 
     def finish(self, seg: Segments, arg: Callable[[object], np.ndarray]) -> None:
         """End of a block: advance the series not used in it; carry the tails."""
+        self.advance_unused(seg, arg)
+        self.carry(seg)
+
+    def advance_unused(self, seg: Segments, arg: Callable[[object], np.ndarray]) -> None:
+        """Advance the series the block did not use (``arg`` gives an argument's values;
+        it may read windows of this set or of another set not yet carried)."""
         if len(seg.ts) == 0 or not self.series:
             return
         lay = self.layout(seg)
         for key, s in self.series.items():
             if s.seen is not lay:
                 s.advance(self, lay, arg(self.args[key]))
+
+    def carry(self, seg: Segments) -> None:
+        """End of a block, after :meth:`advance_unused` of every set: keep the tails."""
+        if len(seg.ts) == 0 or not self.series:
+            return
+        lay = self.layout(seg)
         self.plain_d(lay)
         self.d_state = self._d_after
         self.tail_ts = lay.new_tail_ts
