@@ -32,6 +32,7 @@ class EventFns:
     lock: threading.Lock
     event_sets: dict[int, set[int]]
     delivered: set[int]
+    wait_ms: list[int]
     gpm_samples: dict[int, tuple[int, float] | None]
     _event_wake = threading.Event()  # never set: a wait on it is a plain blocking sleep
 
@@ -78,6 +79,7 @@ class EventFns:
         sid = cf.pointer_value(event_set)
         if sid not in self.event_sets:
             return INVALID_ARGUMENT
+        self.wait_ms.append(cf.as_int(timeoutms))
         remaining = cf.as_int(timeoutms) / 1000.0
         while True:
             hit = self._due(sid)

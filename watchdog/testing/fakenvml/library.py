@@ -59,6 +59,7 @@ class _Impl(DeviceFns, EventFns):
         self.init_flags: list[int] = []
         self.gpm_samples: dict[int, tuple[int, float] | None] = {}
         self.event_sets: dict[int, set[int]] = {}
+        self.wait_ms: list[int] = []  # the timeout of every nvmlEventSetWait_v2, in order
         self.delivered: set[int] = set()
         self.next_id = 1
 
@@ -158,8 +159,9 @@ class FakeNvml:
     """The library object installed as ``pynvml.nvmlLib``.
 
     Public, for tests: ``scenario``, ``calls`` (a Counter of C function names),
-    ``blocked`` (set while a scripted blocking call is waiting), ``release()`` (let it
-    return) and ``functions()``. Every other public attribute is a C entry point.
+    ``wait_ms`` (the timeout of each ``nvmlEventSetWait_v2`` call, in order), ``blocked``
+    (set while a scripted blocking call is waiting), ``release()`` (let it return) and
+    ``functions()``. Every other public attribute is a C entry point.
     """
 
     def __init__(self, scenario: Scenario, time_fn: Callable[[], float]) -> None:
@@ -182,6 +184,11 @@ class FakeNvml:
     def initialized(self) -> int:
         """nvmlInit calls not yet matched by nvmlShutdown."""
         return self._impl.initialized
+
+    @property
+    def wait_ms(self) -> list[int]:
+        """The timeout (ms) of each ``nvmlEventSetWait_v2`` call so far, in order."""
+        return list(self._impl.wait_ms)
 
     def release(self) -> None:
         """Let a scripted blocking call (and any later one) return."""
