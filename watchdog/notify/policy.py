@@ -54,8 +54,8 @@ from watchdog.store.store import Store
 log = logging.getLogger("watchdog.notify")
 
 RuleInfo = Callable[[str], tuple[str, str | None]]  # rule name -> (scope, runbook)
-#: an incident's GPU UUIDs -> (job id, episode) of the one job they run, or None; the
-#: episode is None for a job no scheduler vouches for (never job-wide)
+#: an incident's GPU UUIDs -> (job id, run id) of the one job they run, or None; the
+#: run id is None for a job no scheduler vouches for (never job-wide)
 JobOf = Callable[[list[str]], tuple[str, str | None] | None]
 #: (kind, job id) -> True: no other node of the job is in it; False: some are; None: unknown
 JobClear = Callable[[str, str], bool | None]

@@ -337,9 +337,9 @@ def build(cfg: Any, *, spec: str, options: Any, interval: float, speed: float,
     fleet = None
     if notifier is not None:
         # a job only a process's environment names labels the page but never joins the
-        # job's incident (no episode: not job-wide)
+        # job's incident (no run id: not job-wide)
         notifier.policy.job_of = lambda uuids: (
-            (j.id, j.episode if j.trusted else None) if (j := jobs.job_for(uuids)) is not None
+            (j.id, j.run_id if j.trusted else None) if (j := jobs.job_for(uuids)) is not None
             else None)
         url = getattr(getattr(cfg, "job", None), "prometheus", None)
         if url:

@@ -59,7 +59,7 @@ class Job:
     trusted: bool = True  # False: only a process's own environment named it
 
     @property
-    def episode(self) -> str:
+    def run_id(self) -> str:
         """What every node of the job shares for one run of it: ``<id>#<run>``."""
         return f"{self.id}#{self.run or 0}"
 
