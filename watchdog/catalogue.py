@@ -233,7 +233,7 @@ def get(name: str) -> Metric:
 # T.Limit moves by 1-4 C between readings (H100: 83-87 C for an 87 C threshold), so such
 # boards have a threshold here only where NVML's own reading of it is on record.
 #
-# Every figure names its source (:meth:`GpuModel.source`); ``verified`` lists the figures
+# Every figure names its source (:meth:`GpuFigures.source`); ``verified`` lists the figures
 # seen on that model in the team's evaluation data (``../shared``: ``real-gpu/``,
 # ``real-telemetry/``, ``real-wandb/``); the others, from datasheets or other people's
 # ``nvidia-smi -q`` outputs, are "unverified" on a page. A figure without a source is None.
@@ -245,10 +245,12 @@ FIGURES: tuple[str, ...] = ("tdp_w", "idle_w", "memory_mib", "max_operating_c",
 
 
 @dataclass(frozen=True, slots=True)
-class GpuModel:
-    """One GPU model's figures (None: not known). ``match``: words of ``nvidia-smi``'s
-    ``name`` (case-insensitive, whole words: "h20" does not match "h200"), the first
-    model matching wins. ``sources``: (figure names, where they come from) pairs."""
+class GpuFigures:
+    """What is known of one real GPU model, for the rules' fallbacks (None: not known;
+    the simulator's parts are :class:`watchdog.sources.sim.models.SimulatedGpu`).
+    ``match``: words of ``nvidia-smi``'s ``name`` (case-insensitive, whole words: "h20"
+    does not match "h200"), the first model matching wins. ``sources``: (figure names,
+    where they come from) pairs."""
 
     label: str
     match: tuple[str, ...]
@@ -272,8 +274,8 @@ class GpuModel:
 
 
 def _m(label: str, match: tuple[str, ...], src: dict[str, str], verified: str = "",
-       **figures: float) -> GpuModel:
-    return GpuModel(label, match, sources=tuple(src.items()),
+       **figures: float) -> GpuFigures:
+    return GpuFigures(label, match, sources=tuple(src.items()),
                     verified=frozenset(verified.split()), **figures)
 
 
@@ -283,7 +285,7 @@ _GLS = "thamada/gls@e20f22d gls/"  # files of real nvidia-smi -q outputs
 _SMI = "thamada/nvidia-smi@c4c8a46 gls/"
 _TG = "influxdata/telegraf plugins/inputs/nvidia_smi/testdata/"
 _H100_Q = "real-gpu/h100-spin-hang (a.wdrec inventory from NVML, nvidia-smi-q.txt, driver 580)"
-GPU_MODELS: tuple[GpuModel, ...] = (
+GPU_MODELS: tuple[GpuFigures, ...] = (
     _m("laptop GPU", ("laptop",), {}),
     _m("H100 NVL", ("h100 nvl",), {
         "tdp_w": f"{_W}Aochong-Li__KnowledgeUpdatePlayground jz259abw (400 W enforced); "
@@ -436,7 +438,7 @@ def _word_in(text: str, key: str) -> bool:
     return False
 
 
-def gpu_model(name: str | None) -> GpuModel | None:
+def gpu_model(name: str | None) -> GpuFigures | None:
     """The catalogue's model for ``nvidia-smi``'s ``name`` (None: unknown or no name)."""
     if not name:
         return None

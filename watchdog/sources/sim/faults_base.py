@@ -12,7 +12,7 @@ from typing import Any, ClassVar
 from watchdog.errors import InputError
 from watchdog.sources.sim import noise
 from watchdog.sources.sim.job import GpuState, TrainingJob
-from watchdog.sources.sim.models import GpuModel
+from watchdog.sources.sim.models import SimulatedGpu
 
 S_FAULT = 101  # noise stream base for faults
 
@@ -39,7 +39,7 @@ class Fault:
         self.configure(params)
 
     @classmethod
-    def supports(cls, model: GpuModel) -> bool:
+    def supports(cls, model: SimulatedGpu) -> bool:
         """Whether this scenario can be injected into a GPU of ``model``."""
         return True
 
