@@ -32,7 +32,7 @@ import numpy as np
 from watchdog.detect.layout import Layout, Prefix, Segments, extend_levels, range_reduce
 
 NAN = np.nan
-KINDS = ("mean", "min", "max", "last", "slope", "frac", "delta", "rate")
+STATISTICS = ("mean", "min", "max", "last", "slope", "frac", "delta", "rate")
 _NEEDS_X = ("min", "max", "last", "slope")
 _TERMS = {"mean": ("xd", "dv"), "frac": ("cd",), "delta": ("inc",), "rate": ("inc",)}
 
@@ -294,7 +294,7 @@ class WindowSet:
 
     def add(self, key: str, arg: object, kind: str, width: float) -> None:
         """Declare ``kind(arg, width)``; ``key`` names the argument (its canonical text)."""
-        if kind not in KINDS:
+        if kind not in STATISTICS:
             raise ValueError(f"unknown window statistic {kind!r}")
         if not width > 0:
             raise ValueError("window width must be positive")

@@ -41,7 +41,7 @@ SUBSETS: dict[str, tuple[tuple[str, ...], tuple[str, ...]]] = {
                                         ("limit", "clocks", "reasons", "total", "name")),
 }
 STEPS: tuple[float | None, ...] = (None, 10.0, 30.0, 60.0)
-KINDS = ("comm_hang", "stall", "thermal_throttle", "memory_pressure")
+RECALL_KINDS = ("comm_hang", "stall", "thermal_throttle", "memory_pressure")
 RULE_OF = {"comm_hang": "comm_hang", "stall": "stall", "thermal_throttle": "thermal_throttle",
            "memory_pressure": "memory_pressure"}
 # found within this long of the onset (s): a throttle within a minute; a leak before the
@@ -133,7 +133,7 @@ def log_cases(real_telemetry: Path | None, real_gpu: Path | None) -> list[LogCas
         if smi.is_file():
             real = _real_hang(rg / "h100-spin-hang" / "phases_a.jsonl")
             # H100 80GB HBM3: max operating 87 C (its nvidia-smi -q: T.Limit 56 C at 31 C)
-            out.append(LogCase("real-gpu/smi_a.csv", smi, None, KINDS, slowdown_c=87.0,
+            out.append(LogCase("real-gpu/smi_a.csv", smi, None, RECALL_KINDS, slowdown_c=87.0,
                                after_s=100.0, labels=real, max_operating_c=87.0))
     return out
 
