@@ -10,7 +10,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
-from typing import Any
+
+from watchdog.jsondoc import Json, JsonDoc
 
 KINDS: tuple[str, ...] = (
     "comm_hang", "stall", "thermal_throttle", "hw_slowdown", "memory_pressure", "gpu_lost",
@@ -49,7 +50,7 @@ class Incident:
     resolved_at: float | None
     rule: str
     summary: str
-    evidence: dict[str, Any] = field(default_factory=dict)
+    evidence: JsonDoc = field(default_factory=dict)
     labels: dict[str, str] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
@@ -62,7 +63,7 @@ class Incident:
     def active(self) -> bool:
         return self.resolved_at is None
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> JsonDoc:
         """The JSON object DESIGN.md specifies (times as ISO 8601 strings)."""
         return {
             "kind": self.kind,
@@ -75,21 +76,21 @@ class Incident:
             "resolved_at": iso(self.resolved_at),
             "rule": self.rule,
             "summary": self.summary,
-            "evidence": _jsonable(self.evidence),
+            "evidence": jsonable(self.evidence),
             "labels": dict(self.labels),
         }
 
 
-def _jsonable(v: Any) -> Any:
+def jsonable(v: Json) -> Json:
     """Make evidence JSON-safe: NaN -> None, numpy scalars -> Python numbers."""
     if isinstance(v, dict):
-        return {str(k): _jsonable(x) for k, x in v.items()}
+        return {str(k): jsonable(x) for k, x in v.items()}
     if isinstance(v, list | tuple):
-        return [_jsonable(x) for x in v]
+        return [jsonable(x) for x in v]
     if isinstance(v, float):
         return None if v != v else round(v, 6)
     if hasattr(v, "item") and callable(v.item):  # numpy scalar
-        return _jsonable(v.item())
+        return jsonable(v.item())
     return v
 
 

@@ -22,9 +22,10 @@ from typing import Any
 from watchdog.incident import Incident
 from watchdog.notify import outbox
 from watchdog.notify import store as st
+from watchdog.notify.base import Sink
 from watchdog.notify.config import NotifyConfig
 from watchdog.notify.deliver import Worker
-from watchdog.notify.policy import Policy, RuleInfo
+from watchdog.notify.policy import JobClear, JobOf, Policy, RuleInfo
 from watchdog.store.store import Store
 
 log = logging.getLogger("watchdog.notify")
@@ -43,14 +44,17 @@ class Notifier:
     pipeline's clock; ``wall()`` real time for silences, outbox rows and retries."""
 
     def __init__(self, cfg: NotifyConfig, db: Store, clock: Callable[[], float],
-                 host: str | None, rule_info: RuleInfo, sinks: dict[str, Any] | None = None,
+                 host: str | None, rule_info: RuleInfo, sinks: dict[str, Sink] | None = None,
                  start: bool = True, wall: Callable[[], float] = time.time,
-                 speed: float = 1.0) -> None:
+                 speed: float = 1.0, job_of: JobOf | None = None,
+                 job_clear: JobClear | None = None) -> None:
         self.cfg = cfg
         self.db = db
         self.clock = clock
         self.sinks = build_sinks(cfg) if sinks is None else sinks
-        self.policy = Policy(cfg, db, host, rule_info, clock(), wall=wall)
+        self.policy = Policy(cfg, db, host, rule_info, clock(), wall=wall, job_of=job_of,
+                             job_clear=job_clear)
+        self.resend = {name: s.resend_interval for name, s in self.sinks.items()}
         self.events: queue.Queue[tuple[str, str, str]] = queue.Queue()
         self.wall = wall
         self.workers_speed = speed
@@ -73,7 +77,7 @@ class Notifier:
 
     def tick(self, now: float) -> None:
         self._report_events()
-        queued = self.policy.tick(now, self.sinks)
+        queued = self.policy.tick(now, self.resend)
         for n in queued:
             w = self.workers.get(n.sink)
             if w is not None:
@@ -201,9 +205,12 @@ class Notifier:
 
 
 def for_agent(cfg: NotifyConfig, db: Store, clock: Callable[[], float], host: str | None,
-              rule_info: RuleInfo, sinks: dict[str, Any] | None = None,
-              wall: Callable[[], float] = time.time) -> Notifier | None:
-    """The daemon's notifier, or None when the config names no sink."""
+              rule_info: RuleInfo, sinks: dict[str, Sink] | None = None,
+              wall: Callable[[], float] = time.time, job_of: JobOf | None = None,
+              job_clear: JobClear | None = None) -> Notifier | None:
+    """The daemon's notifier, or None when the config names no sink. ``job_of`` and
+    ``job_clear``: the policy's view of the node's job and of the fleet (optional)."""
     if not cfg.sinks:
         return None
-    return Notifier(cfg, db, clock, host, rule_info, sinks=sinks, wall=wall)
+    return Notifier(cfg, db, clock, host, rule_info, sinks=sinks, wall=wall, job_of=job_of,
+                    job_clear=job_clear)

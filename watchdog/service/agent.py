@@ -232,7 +232,7 @@ def _own_runbook(rule: str) -> str | None:
 
 
 def _notifier(cfg: Any, sinks: dict[str, Any] | None, db: Any, clock: Any, host: str | None,
-              settings: Settings) -> Any:
+              settings: Settings, job_of: Any, job_clear: Any) -> Any:
     """Alerting (``notify:`` with at least one sink), or None: console only."""
     if not sinks:
         return None
@@ -244,7 +244,7 @@ def _notifier(cfg: Any, sinks: dict[str, Any] | None, db: Any, clock: Any, host:
 
     real = getattr(clock, "real", clock.now)
     return for_agent(cfg.notify, db, clock.now, host or socket.gethostname(), rule_info,
-                     sinks=sinks, wall=real)
+                     sinks=sinks, wall=real, job_of=job_of, job_clear=job_clear)
 
 
 def _jobs(cfg: Any) -> tuple[Any, Any]:
@@ -333,20 +333,23 @@ def build(cfg: Any, *, spec: str, options: Any, interval: float, speed: float,
             gpus.release()
         lock.release()
         raise
-    notifier = None if shadow else _notifier(cfg, sinks, db, clock, host, settings)
     fleet = None
-    if notifier is not None:
+    url = getattr(getattr(cfg, "job", None), "prometheus", None)
+    if url and not shadow:
+        from watchdog.service.fleet import FleetView
+
+        fleet = FleetView(url, host or socket.gethostname())
+
+    def job_of(uuids: list[str]) -> tuple[str, str | None] | None:
         # a job only a process's environment names labels the page but never joins the
         # job's incident (no run id: not job-wide)
-        notifier.policy.job_of = lambda uuids: (
-            (j.id, j.run_id if j.trusted else None) if (j := jobs.job_for(uuids)) is not None
-            else None)
-        url = getattr(getattr(cfg, "job", None), "prometheus", None)
-        if url:
-            from watchdog.service.fleet import FleetView
+        j = jobs.job_for(uuids)
+        return None if j is None else (j.id, j.run_id if j.trusted else None)
 
-            fleet = FleetView(url, host or socket.gethostname())
-            notifier.policy.job_clear = fleet.job_clear
+    notifier = None if shadow else _notifier(cfg, sinks, db, clock, host, settings, job_of,
+                                             fleet.job_clear if fleet is not None else None)
+    if notifier is None:
+        fleet = None
     pipeline = LivePipeline(
         gpus.opener(spec, options, first), _detector_factory(settings, host),
         clock, spec=spec, settings=settings, store=store,

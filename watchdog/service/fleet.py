@@ -9,7 +9,7 @@ policy holds such a resolve while Prometheus shows another node of the job still
 shared incident resolves when the job's last hung node has. Without the setting, or while
 Prometheus cannot answer, a node resolves after ``resolve_hold`` as before (a node never
 keeps a page open forever on a view it cannot get), and a hold ends after
-:data:`watchdog.notify.policy.FLEET_HOLD_MAX_S` in any case.
+:data:`watchdog.notify.stages.hold.FLEET_HOLD_MAX_S` in any case.
 
 Prometheus is asked on a thread of its own every :data:`POLL_S` (never on the tick
 thread), only about the jobs the policy asked about, one small query per job and kind,
