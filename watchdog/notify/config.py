@@ -18,10 +18,10 @@ from typing import Any
 
 from watchdog.errors import InputError
 from watchdog.incident import KINDS, SEVERITIES
+from watchdog.notify import sinks as sink_types
 from watchdog.paths import beside
 from watchdog.units import duration_in, number_in
 
-SINK_TYPES = ("slack", "pagerduty", "alertmanager", "webhook", "log")
 #: Kinds that make every other kind on the same GPU (or node) pointless to page about.
 DEFAULT_INHIBITORS = ("gpu_lost", "nvml_error")
 
@@ -230,14 +230,14 @@ def _sinks(data: Any, at: Any, path: str | None = None) -> tuple[SinkSpec, ...]:
         where = at(*keys)
         if not isinstance(spec, dict) or "type" not in spec or "name" not in spec:
             raise InputError(f"{where}: a sink is {{name: NAME, type: "
-                             f"{'|'.join(SINK_TYPES)}, …}}")
+                             f"{'|'.join(sink_types.TYPES)}, …}}")
         name = str(spec["name"])
         if name in seen:
             raise InputError(f"{where}: sink name {name!r} is used twice")
         seen.add(name)
-        if spec["type"] not in SINK_TYPES:
+        if spec["type"] not in sink_types.TYPES:
             raise InputError(f"{at(*keys, 'type')}: unknown sink type {spec['type']!r} "
-                             f"(one of: {', '.join(SINK_TYPES)})")
+                             f"(one of: {', '.join(sink_types.TYPES)})")
         # a file the sink reads (token_file, ca_file, …) is relative to the config's folder
         opts = {k: beside(v, path) if k.endswith("_file") and isinstance(v, str) else v
                 for k, v in spec.items() if k not in ("type", "name")}
