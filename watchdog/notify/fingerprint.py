@@ -24,6 +24,8 @@ import json
 from collections.abc import Mapping
 from typing import Any
 
+from watchdog.incident import KIND_LIST
+
 #: Labels that say where an incident belongs, not what it is: left out of fingerprints.
 _VOLATILE = frozenset({"job_id", "slurm_job_id"})
 
@@ -38,7 +40,7 @@ def fingerprint(kind: str, host: str, rule: str, labels: Mapping[str, str],
 
 
 #: Kinds a whole multi-node job shows at once: one page per job, not per node.
-JOB_WIDE = frozenset({"comm_hang", "stall"})
+JOB_WIDE = frozenset(k.name for k in KIND_LIST if k.job_wide)
 
 
 def job_fingerprint(kind: str, job_id: str, run_id: str) -> str:

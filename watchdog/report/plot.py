@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from watchdog.incident import Incident
+from watchdog.incident import KIND_LIST, Incident
 from watchdog.report.table import gpu_list
 
 # (panel title, column or derived name, unit)
@@ -39,12 +39,7 @@ YLIMS: dict[str, tuple[float | None, float | None]] = {
     "power.draw": (0.0, None), "clocks.sm": (0.0, None),
 }
 
-KIND_COLOURS: dict[str, str] = {
-    "comm_hang": "#d62728", "stall": "#ff7f0e", "thermal_throttle": "#e377c2",
-    "hw_slowdown": "#9467bd", "memory_pressure": "#8c564b", "gpu_lost": "#000000",
-    "xid": "#7f7f7f", "ecc": "#bcbd22", "pcie_degraded": "#17becf",
-    "nvlink_errors": "#1f77b4", "straggler": "#2ca02c", "anomaly": "#aec7e8",
-}
+KIND_COLOURS: dict[str, str] = {k.name: k.colour for k in KIND_LIST}
 
 
 @dataclass
@@ -174,7 +169,7 @@ def _shade(axes: Any, incidents: Sequence[Incident], tmin: float, tmax: float,
     """Shade every incident on every panel; label it once on the top panel."""
     top = axes[0]
     for k, inc in enumerate(incidents):
-        colour = KIND_COLOURS.get(inc.kind, "#333333")
+        colour = KIND_COLOURS[inc.kind]
         fired = inc.fired_at if inc.fired_at is not None else inc.resolved_at or tmax
         end = inc.resolved_at if inc.resolved_at is not None else tmax
         start = max(inc.started_at, tmin)

@@ -37,7 +37,7 @@ from typing import Any
 from watchdog import reasons as R
 from watchdog.errors import InputError
 from watchdog.escape import label
-from watchdog.incident import KINDS
+from watchdog.incident import KIND_LIST, KINDS
 
 log = logging.getLogger("watchdog.metrics")
 DEFAULT_PORT = 9849
@@ -61,8 +61,9 @@ GPU_GAUGES = (
 )
 SLOWDOWN = R.THERMAL | R.HARDWARE  # clocks cut by temperature or hardware, not by choice
 #: Kinds that say "this GPU is faulty": the fleet rules' suspects when a job hangs.
-FAULT_KINDS = frozenset({"gpu_lost", "xid", "ecc", "nvml_error", "thermal_throttle",
-                         "hw_slowdown", "pcie_degraded", "nvlink_errors"})
+FAULT_KINDS = tuple(k.name for k in KIND_LIST if k.hardware)
+#: Kinds with a per-GPU gauge of their own (watchdog_gpu_hang, ...): the fleet rules'.
+GAUGED = tuple(k for k in KIND_LIST if k.gauge)
 PER_GPU = 15  # GPU_GAUGES + busy ratio, slowdown, lost, hang, stall, fault
 PER_NODE = 40  # info, job, source, ticks..., incidents per kind (14), process (6)
 PER_SINK = 5
@@ -193,23 +194,19 @@ class PipelineCollector:
                 slow.add_metric(keys[smp.uuid], 1.0 if int(mask) & SLOWDOWN else 0.0)
         yield busy
         yield slow
-        hang: set[str] = set()
-        stall: set[str] = set()
+        gauged: dict[str, set[str]] = {k.name: set() for k in GAUGED}
         fault: set[str] = set()
         for inc in incidents:
-            target = hang if inc.kind == "comm_hang" else stall if inc.kind == "stall" else \
-                fault if inc.kind in FAULT_KINDS else None
-            if target is not None:
-                target.update(inc.uuids)
+            if inc.kind in gauged:
+                gauged[inc.kind].update(inc.uuids)
+            elif inc.kind in FAULT_KINDS:
+                fault.update(inc.uuids)
         for name, members, doc in (
                 ("watchdog_gpu_lost", {smp.uuid for smp in samples if smp.lost},
                  "1 when the GPU fell off the bus / NVML reports it lost."),
-                ("watchdog_gpu_hang", hang, "1 while the GPU is in a firing comm_hang "
-                 "incident (a hung collective, after the node's learned wait)."),
-                ("watchdog_gpu_stall", stall, "1 while the GPU is in a firing stall incident."),
+                *((k.gauge, gauged[k.name], k.gauge_help) for k in GAUGED),
                 ("watchdog_gpu_fault", fault, "1 while the GPU is in a firing incident of a "
-                 "hardware kind (gpu_lost, xid, ecc, nvml_error, thermal_throttle, "
-                 "hw_slowdown, pcie_degraded, nvlink_errors).")):
+                 f"hardware kind ({', '.join(FAULT_KINDS)}).")):
             fam = GaugeMetricFamily(name, doc, labels=labels)
             for smp in samples:
                 fam.add_metric(keys[smp.uuid], 1.0 if smp.uuid in members else 0.0)
