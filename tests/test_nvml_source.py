@@ -426,3 +426,26 @@ def test_xid_waits_wait_ms_at_a_time_once_settled(fake, tmp_path, monkeypatch):
         assert set(fake.wait_ms) == {2000}, fake.wait_ms  # 2 s slices from the start
     finally:
         s.close()
+
+
+def test_a_new_nvml_metric_is_one_catalogue_entry(fake, tmp_path, monkeypatch):
+    """The reader reads every Call and Field entry from the catalogue alone: a new entry
+    (here a second name for the power reading) is read with no change to the reader."""
+    from watchdog import catalogue
+    from watchdog.sources.nvml import reader
+
+    extra = (catalogue.Metric("power.draw.copy", "W", "gauge",
+                              catalogue.Call("nvmlDeviceGetPowerUsage", scale=1e-3), "test"),
+             catalogue.Metric("energy.copy", "J", "counter",
+                              catalogue.Field(83, scale=1e-3, slow=True), "test"))
+    monkeypatch.setattr(catalogue, "METRICS", (*catalogue.METRICS, *extra))
+    monkeypatch.setattr(reader, "CALLS", reader._calls(slow=False))
+    monkeypatch.setattr(reader, "SLOW_FIELDS", reader._fields(slow=True))
+    monkeypatch.setattr(reader, "SLOW_FIELD_IDS", [f[0] for f in reader.SLOW_FIELDS])
+    s = NvmlSource(host="node1", kmsg_path=str(tmp_path / "no-kmsg"))
+    try:
+        for smp in s.sample(1_750_000_001.0):
+            assert smp.values["power.draw.copy"] == smp.values["power.draw"] is not None
+            assert smp.values["energy.copy"] == smp.values["energy.total"] is not None
+    finally:
+        s.close()

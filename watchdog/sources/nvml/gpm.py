@@ -14,6 +14,8 @@ from __future__ import annotations
 
 from typing import Any, Protocol
 
+from watchdog import catalogue
+
 
 class DeviceReader(Protocol):
     """What GPM sampling needs of :class:`watchdog.sources.nvml.reader.DeviceReader` (a
@@ -27,11 +29,9 @@ class DeviceReader(Protocol):
     def classify(self, group: str, fn: str, e: BaseException) -> Any: ...
 
 
-# NVML_GPM_METRIC_* id -> catalogue name (all in percent)
-METRICS: tuple[tuple[int, str], ...] = (
-    (2, "gpm.sm_activity"), (3, "gpm.sm_occupancy"), (5, "gpm.tensor_activity"),
-    (10, "gpm.dram_bandwidth"),
-)
+# NVML_GPM_METRIC_* id -> catalogue name: the catalogue's GPM entries
+METRICS: tuple[tuple[int, str], ...] = tuple(
+    (m.nvml.id, m.name) for m in catalogue.METRICS if isinstance(m.nvml, catalogue.Gpm))
 
 
 class GpmState:
