@@ -277,3 +277,22 @@ def test_a_wedged_nvml_call_is_an_nvml_error_incident_while_other_gpus_go_on() -
         agent.close()
     finally:
         fakenvml.uninstall()
+
+
+def test_the_live_detector_forgets_engagements_long_over(monkeypatch: pytest.MonkeyPatch
+                                                         ) -> None:
+    """A long-running agent keeps only recent rule engagements (a healthy node's
+    checkpoints engage rules ~30 times an hour: kept for ever, every tick searched them)."""
+    from watchdog.pipeline import live
+
+    monkeypatch.setattr(live, "ENGAGED_KEEP_S", 300.0)
+    clock = ManualClock(start=1_750_000_000.0)
+    agent = _agent("sim:healthy", clock, [])
+    seen: set[object] = set()
+    for _ in range(40 * 12):  # 40 min
+        agent.tick()
+        clock.advance(5.0)
+        seen |= set(agent.detector.engaged._episodes)
+    e = agent.detector.engaged
+    assert len(seen) > len(e._episodes) > 0
+    assert all(end > e.until - 2 * 300.0 for end in e._episodes.values())

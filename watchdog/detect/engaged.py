@@ -100,13 +100,9 @@ class EngagedTimeline:
         return {uuid for (_rule, uuid, since), end in self._episodes.items()
                 if since <= t < end}
 
-    def uuids_at(self, times: Iterable[float]) -> list[set[str]]:
-        """:meth:`at` for several times at once."""
-        return [self.at(t) for t in times]
-
     def forget_before(self, t: float) -> int:
-        """Drop episodes that ended before ``t`` (a daemon asks only about recent times);
-        returns how many."""
+        """Drop episodes that ended before ``t`` (the live pipeline's, which asks only
+        about recent times, every ``ENGAGED_KEEP_S``); returns how many."""
         gone = [k for k, end in self._episodes.items() if end <= t]
         for k in gone:
             del self._episodes[k]

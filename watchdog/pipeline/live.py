@@ -45,6 +45,10 @@ GAP_INTERVALS = 3  # no tick for more than this many intervals: the agent itself
 SAVE_EVERY_S = 60.0  # learned state to the database (and at shutdown)
 STATUS_EVERY_S = 5.0  # the status row `watchdog status` reads
 PRUNE_EVERY_S = 86_400.0
+# The detector's engagement timeline keeps every rule episode for replay; the live hook
+# asks only about the last few seconds, so episodes that ended this long before the last
+# evaluated tick go (else a year's episodes are searched every tick).
+ENGAGED_KEEP_S = 3600.0
 
 
 class LivePipeline:
@@ -110,6 +114,7 @@ class LivePipeline:
         self._saved_at = -math.inf
         self._status_at = -math.inf
         self._pruned_at = -math.inf
+        self._forgot_at = -math.inf
         if store is not None:
             n = store.close_open_incidents(clock.now(), "agent restarted")
             if n:
@@ -158,6 +163,10 @@ class LivePipeline:
         self.detector.feed_tick(now, samples)
         changes.extend(self.detector.drain())
         self._updates(changes)
+        if now - self._forgot_at >= ENGAGED_KEEP_S:
+            self._forgot_at = now
+            engaged = self.detector.engaged
+            engaged.forget_before(engaged.until - ENGAGED_KEEP_S)
         if self.anomaly is not None:
             try:
                 changes.extend(self.anomaly(now, samples, self.detector.engaged))
