@@ -45,14 +45,24 @@ def gpu_model_arg(args: argparse.Namespace) -> str | None:
         return args.gpu_model  # real GPUs loads no simulator)
     from watchdog.sources.sim.models import MODELS
 
-    if old not in MODELS:
+    if not old_gpu_model(old):
         raise InputError(f"--model {old}: this command takes no anomaly model; the "
                          f"simulated GPU type is --gpu-model ({' | '.join(MODELS)})")
-    print(f"watchdog: note: --model {old} is deprecated for the simulated GPU type; "
-          f"use --gpu-model {old}", file=sys.stderr)
     if args.gpu_model not in (None, old) and args.gpu_model != "h100-sxm":
         raise InputError(f"--model {old} and --gpu-model {args.gpu_model} disagree")
     return old
+
+
+def old_gpu_model(value: str | None) -> bool:
+    """Whether ``--model VALUE`` is the old spelling of ``--gpu-model`` (a simulated GPU
+    type, not an anomaly model); says so on stderr, once per command, if it is."""
+    from watchdog.sources.sim.models import MODELS
+
+    if value not in MODELS:
+        return False
+    print(f"watchdog: note: --model {value} is deprecated for the simulated GPU type; "
+          f"use --gpu-model {value}", file=sys.stderr)
+    return True
 
 
 def add_tz_arg(p: argparse.ArgumentParser) -> None:

@@ -93,7 +93,7 @@ def register(subparsers: Any) -> None:
 
 def replay(args: argparse.Namespace) -> tuple[list[Any], Any]:
     """Replay every path in ``args``; returns the results and the rule set used."""
-    from watchdog.commands.common import parse_map
+    from watchdog.commands.common import old_gpu_model, parse_map
     from watchdog.detect import load_rules
     from watchdog.errors import InputError
     from watchdog.pipeline.replay import ReplayOptions, replay_inputs
@@ -105,11 +105,7 @@ def replay(args: argparse.Namespace) -> tuple[list[Any], Any]:
         raise InputError(f"--block-rows {args.block_rows}: expected a positive number")
     if args.plot:
         check_plot_target(args.plot)
-    from watchdog.sources.sim.models import MODELS
-
-    if args.model in MODELS:  # the old spelling of the simulated GPU type
-        print(f"watchdog: note: --model {args.model} is deprecated for the simulated GPU "
-              f"type; use --gpu-model {args.model}", file=sys.stderr)
+    if old_gpu_model(args.model):  # the old spelling of the simulated GPU type
         args.gpu_model, args.model = args.model, None
     if args.model is not None and args.model != "auto" and not Path(args.model).is_file():
         raise InputError(f"--model {args.model}: no such model file (train one with "

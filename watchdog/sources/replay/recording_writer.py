@@ -65,11 +65,6 @@ class RecordingWriter:
         self._f.flush()
         os.fsync(self._f.fileno())
 
-    def set_devices(self, devices: list[DeviceInfo]) -> None:
-        """Record a changed inventory (a GPU vanished or came back)."""
-        self.flush()
-        self._record(b"D", json.dumps([d.to_dict() for d in devices]).encode())
-
     def write(self, samples: Iterable[Sample]) -> None:
         """Buffer samples; a chunk is written every ``chunk_rows`` samples."""
         for s in samples:
