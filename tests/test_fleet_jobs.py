@@ -198,8 +198,7 @@ def test_the_tee_feeds_the_tracker_and_the_recorder_and_the_status() -> None:
             self.calls.append("close")
 
     rec, status = Rec(), {}  # type: ignore[var-annotated]
-    tee = SampleTee(JobTracker(), rec)
-    tee.status_to = status
+    tee = SampleTee(JobTracker(), rec, status_to=status)
     tee.open("n", [])
     tee.write(0.0, [_s("A", 0, SLURM)])
     tee.close()

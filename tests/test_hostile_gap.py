@@ -34,7 +34,7 @@ def _agent(clock: ManualClock, sent: list[tuple[str, Incident]]) -> LivePipeline
         lambda now: SimSource.from_spec("sim:healthy", gpus=2, seed=1, start=now),
         lambda src: Detector(rules, host=src.host, devices=src.devices()),
         clock, spec="sim:healthy", interval=1.0,
-        notifiers=[lambda s, i: sent.append((s, i))], watch_gaps=True)
+        listeners=[lambda s, i: sent.append((s, i))], watch_gaps=True)
 
 
 def _gap_lines(caplog: pytest.LogCaptureFixture) -> list[str]:

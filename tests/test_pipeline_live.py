@@ -12,13 +12,13 @@ from watchdog.pipeline.live import LivePipeline
 from watchdog.sources.sim import SimSource
 
 
-def _agent(spec: str, clock: ManualClock, notifiers: list,  # type: ignore[type-arg]
+def _agent(spec: str, clock: ManualClock, listeners: list,  # type: ignore[type-arg]
            store: object = None, step: float = 5.0) -> LivePipeline:
     rules = load_rules()
     agent = LivePipeline(
         lambda now: SimSource.from_spec(spec, gpus=8, seed=1, start=now),
         lambda src: Detector(rules, host=src.host, devices=src.devices()),
-        clock, spec=spec, interval=step, store=store, notifiers=notifiers)
+        clock, spec=spec, interval=step, store=store, listeners=listeners)
     agent.tick()  # opens the source; its first reading
     clock.advance(step)
     return agent
@@ -214,7 +214,7 @@ def _nvml_agent(clock: ManualClock, sent: list, timeout: float = 0.3) -> LivePip
         lambda now: NvmlSource(host="node-a", call_timeout=timeout),
         lambda src: Detector(rules, host=src.host, devices=src.devices()),
         clock, spec="nvml", interval=1.0, host="node-a",
-        notifiers=[lambda s, i: sent.append((s, i))])
+        listeners=[lambda s, i: sent.append((s, i))])
 
 
 @pytest.mark.slow

@@ -11,7 +11,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 
-from watchdog.jsondoc import Json, JsonDoc
+from watchdog.untyped import Json, JsonDoc
 
 
 @dataclass(frozen=True, slots=True)

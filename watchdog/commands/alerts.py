@@ -39,6 +39,8 @@ import sys
 import time
 from typing import Any
 
+from watchdog.untyped import JsonDoc
+
 
 def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("alerts", help="list alerts and deliveries; `alerts test` tries the sinks",
@@ -124,7 +126,7 @@ def run_alerts(args: argparse.Namespace) -> int:
                   "run with them yet", file=sys.stderr)
             return 0
         # one pass over the outbox: which notifications carried which fingerprint
-        sends_of: dict[str, list[dict[str, Any]]] = {}
+        sends_of: dict[str, list[JsonDoc]] = {}
         keys = ("sink", "reason", "state", "attempts", "last_error", "sent_at")
         for *row, doc in conn.execute("SELECT sink, reason, state, attempts, last_error, "
                                       "sent_at, doc FROM notify_outbox ORDER BY id"):
@@ -146,7 +148,7 @@ def run_alerts(args: argparse.Namespace) -> int:
                            "headline": render.headline(a, now)})
             lines.append(listing_line(state, a, now, hold))
         silences = [silence_json(s, wall) for s in st.silences(conn, wall)]
-        sinks: dict[str, Any] = {}
+        sinks: JsonDoc = {}
         for sink, state, n, last in conn.execute(
                 "SELECT sink, state, COUNT(*), MAX(COALESCE(sent_at, created_at)) FROM "
                 "notify_outbox GROUP BY sink, state"):

@@ -10,6 +10,7 @@ from typing import Any
 from watchdog.errors import InputError
 from watchdog.sources import SourceOptions
 from watchdog.units import check_tz
+from watchdog.untyped import JsonDoc
 
 
 def add_source_args(p: argparse.ArgumentParser, default: str | None = "nvml",
@@ -151,7 +152,7 @@ def state_dir(args: argparse.Namespace) -> Any:
     return service_state(args)[0].path
 
 
-def with_times(d: dict[str, Any], keys: Iterable[str]) -> dict[str, Any]:
+def with_times(d: JsonDoc, keys: Iterable[str]) -> JsonDoc:
     """``d`` with each time in ``keys`` as ISO 8601 with zone and as ``<key>_epoch``."""
     from watchdog.incident import iso
 
@@ -163,21 +164,21 @@ def with_times(d: dict[str, Any], keys: Iterable[str]) -> dict[str, Any]:
     return out
 
 
-def what(s: dict[str, Any]) -> str:
+def what(s: JsonDoc) -> str:
     """``GPU 3 thermal_throttle``, ``thermal_throttle``, ``GPU 3`` or ``everything``."""
     if not (s["gpu"] or s["kind"]):
         return "everything"
     return " ".join(x for x in (f"GPU {s['gpu']}" if s["gpu"] else "", s["kind"] or "") if x)
 
 
-def silence_state(s: dict[str, Any], now: float) -> str:
+def silence_state(s: JsonDoc, now: float) -> str:
     """``active``; ``expired`` (ended by `silence expire`); ``ended`` (its time ran out)."""
     if s["expired_at"] is not None:
         return "expired"
     return "active" if s["ends_at"] > now else "ended"
 
 
-def silence_json(s: dict[str, Any], now: float) -> dict[str, Any]:
+def silence_json(s: JsonDoc, now: float) -> JsonDoc:
     """One silence as JSON (the shape in the module docs)."""
     return with_times({"id": s["id"], "what": what(s), "host": s["host"], "gpu": s["gpu"],
                        "kind": s["kind"], "state": silence_state(s, now),

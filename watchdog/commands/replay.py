@@ -35,6 +35,7 @@ from typing import Any
 
 from watchdog.commands.common import add_tz_arg
 from watchdog.incident import SEVERITIES
+from watchdog.untyped import JsonDoc
 
 BLOCK_ROWS = 131_072  # the engine's MAX_BLOCK_ROWS (watchdog.pipeline.replay.BLOCK_ROWS)
 #: ``--interval`` of a simulated node (s): the daemon's range, 100 ms to 1 h.
@@ -206,7 +207,7 @@ def coverage_lines(path: str, notes: list[Any]) -> list[str]:
     return out
 
 
-def incident_json(r: Any, inc: Any) -> dict[str, Any]:
+def incident_json(r: Any, inc: Any) -> JsonDoc:
     """One incident of the JSON document: :meth:`Incident.to_json`, and for an input that
     records the job's console (a W&B run) ``console``: the lines near it."""
     doc = inc.to_json()
@@ -271,7 +272,7 @@ def run(args: argparse.Namespace) -> int:
         for line in coverage_lines(r.path, r.notes):
             print(one_line(line), file=sys.stderr)
     if args.json:
-        doc: dict[str, Any] = {
+        doc: JsonDoc = {
             "incidents": [incident_json(r, inc) for r in results for inc in r.incidents],
             "sources": [r.source_json() for r in results],
             "rules": rule_count(rules),

@@ -18,6 +18,8 @@ import json
 import sys
 from typing import Any
 
+from watchdog.untyped import JsonDoc
+
 
 def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("status", help="show the running agent's status",
@@ -28,7 +30,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.set_defaults(func=run)
 
 
-def _from_db(sdir: Any) -> tuple[dict[str, Any] | None, float | None, list[dict[str, Any]]]:
+def _from_db(sdir: Any) -> tuple[JsonDoc | None, float | None, list[JsonDoc]]:
     """``(status document, when written, learned waits)`` from the database. Where the
     database cannot be read but the agent keeps its status in memory (the in-memory
     status file exists), that file answers instead of an error."""
@@ -95,7 +97,7 @@ def run(args: argparse.Namespace) -> int:
 
     now = WallClock().now()
     old = stale(doc, written, now)
-    out: dict[str, Any] = {**doc, "state_dir": str(sdir), "status_written_at": written,
+    out: JsonDoc = {**doc, "state_dir": str(sdir), "status_written_at": written,
                            "stale": old, "learned_waits_stored": waits,
                            "config_error": broken}
     if args.json:

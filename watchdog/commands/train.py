@@ -14,6 +14,7 @@ import sys
 from typing import Any
 
 from watchdog.commands.common import add_source_args
+from watchdog.untyped import JsonDoc
 
 MIN_BUSY_MIN = 10.0  # busy minutes per GPU, as replay --model auto
 
@@ -79,7 +80,7 @@ def _sample_nvml(args: argparse.Namespace, duration: float, interval: float
     clock = WallClock()
     start = clock.now()
     src = open_live("nvml", source_options(args), start=start)
-    rows: list[dict[str, Any]] = []
+    rows: list[JsonDoc] = []
     try:
         with Stop() as stop:
             for now in ticks(clock, start, duration, interval, stop):

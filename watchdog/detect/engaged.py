@@ -22,6 +22,8 @@ from collections.abc import Iterable
 
 import numpy as np
 
+from watchdog.untyped import Array
+
 INF = math.inf
 
 
@@ -56,7 +58,7 @@ class EngagedTimeline:
             return
         self._episodes[(rule, uuid, since)] = end
 
-    def node_runs(self, rule: str, ticks: np.ndarray, on: np.ndarray,
+    def node_runs(self, rule: str, ticks: Array, on: Array,
                   uuids: list[str]) -> None:
         """``on`` (ticks x GPUs): whether each GPU counts as engaged by node rule ``rule``
         at each of the block's ``ticks`` (the node is pending or firing and the GPU's own

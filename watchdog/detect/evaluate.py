@@ -24,19 +24,20 @@ from watchdog.detect.lang import NODE_FUNCS, Binary, Call, In, Name, Node, Num, 
 from watchdog.detect.lang import has_node_func as _has_node_func
 from watchdog.detect.signals import Block
 from watchdog.detect.windows import Window, WindowSet
+from watchdog.untyped import Array
 
 NAN = np.nan
 PRESENT_KEY = "__present__"
 
 
-def truth(x: np.ndarray) -> np.ndarray:
+def truth(x: Array) -> Array:
     """Boolean view of values: NaN and 0 are false (bool arrays are returned as they are)."""
     if x.dtype == np.bool_:
         return x
     return (x != 0) & ~np.isnan(x)
 
 
-def numeric(x: np.ndarray) -> np.ndarray:
+def numeric(x: Array) -> Array:
     return x.astype(np.float64) if x.dtype == np.bool_ else x
 
 
@@ -44,7 +45,7 @@ _CMP = {"<": np.less, "<=": np.less_equal, ">": np.greater, ">=": np.greater_equ
         "==": np.equal}
 
 
-def _apply(node: Node, args: list[np.ndarray]) -> np.ndarray:
+def _apply(node: Node, args: list[Array]) -> Array:
     """Element-wise operators and plain functions (shape-agnostic).
 
     Boolean results are bool arrays; arithmetic sees them as 1.0/0.0. A comparison with
@@ -116,7 +117,7 @@ class Evaluator:
         """After every rule ran on ``b``: carry the declared windows to the next block."""
         self.window_set.finish(b, lambda arg: numeric(self.sample(arg, b)))  # type: ignore[arg-type]
 
-    def sample(self, node: Node, b: Block) -> np.ndarray:
+    def sample(self, node: Node, b: Block) -> Array:
         """Value of a node-function-free ``node`` at each new sample of every GPU in ``b``."""
         key = "§" + node.key
         got = b.cache.get(key)
@@ -163,8 +164,8 @@ class Evaluator:
         return got
 
     # --- grid space ---------------------------------------------------------------------
-    def grid(self, node: Node, ticks: np.ndarray, gpus: list[tuple[str, int]], b: Block,
-             cache: dict[str, np.ndarray]) -> np.ndarray:
+    def grid(self, node: Node, ticks: Array, gpus: list[tuple[str, int]], b: Block,
+             cache: dict[str, Array]) -> Array:
         """``len(ticks) × len(gpus)`` matrix of ``node`` (may contain node functions).
 
         ``gpus`` are ``(uuid, slot)`` pairs in column order.
@@ -186,8 +187,8 @@ class Evaluator:
         cache[node.key] = got
         return got
 
-    def present(self, ticks: np.ndarray, gpus: list[tuple[str, int]], b: Block,
-                cache: dict[str, np.ndarray]) -> np.ndarray:
+    def present(self, ticks: Array, gpus: list[tuple[str, int]], b: Block,
+                cache: dict[str, Array]) -> Array:
         """Boolean matrix: the GPU has a sample no older than ``max_gap`` at the tick."""
         got = cache.get(PRESENT_KEY)
         if got is None:
@@ -195,8 +196,8 @@ class Evaluator:
             cache[PRESENT_KEY] = got
         return got
 
-    def _map(self, node: Node | None, key: str, ticks: np.ndarray,
-             gpus: list[tuple[str, int]], b: Block) -> np.ndarray:
+    def _map(self, node: Node | None, key: str, ticks: Array,
+             gpus: list[tuple[str, int]], b: Block) -> Array:
         vals_all = np.ones(len(b)) if node is None else numeric(self.sample(node, b))
         n_t = len(ticks)
         slots = [slot for _, slot in gpus]
@@ -230,8 +231,8 @@ class Evaluator:
         return out
 
     @staticmethod
-    def _asof_index(b: Block, slot: int, ts: np.ndarray, ticks: np.ndarray,
-                    last_ts: float) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    def _asof_index(b: Block, slot: int, ts: Array, ticks: Array,
+                    last_ts: float) -> tuple[Array, Array, Array]:
         """Per tick: has the GPU a sample in this block at/before it, its index, its time."""
         got = b.asof.get(slot)
         if got is None:
@@ -261,7 +262,7 @@ def _kids(node: Node) -> list[Node]:
     return []
 
 
-def _reduce(fn: str, m: np.ndarray, present: np.ndarray) -> np.ndarray:
+def _reduce(fn: str, m: Array, present: Array) -> Array:
     """A node function over the GPU axis, broadcast back to every GPU."""
     n_present = present.sum(axis=1)
     if fn in ("count", "frac_gpus", "any_gpu", "all_gpus"):
@@ -288,7 +289,7 @@ def _reduce(fn: str, m: np.ndarray, present: np.ndarray) -> np.ndarray:
     return np.repeat(r[:, None], m.shape[1], axis=1)
 
 
-def _row_median(vals: np.ndarray) -> np.ndarray:
+def _row_median(vals: Array) -> Array:
     """``np.nanmedian(vals, axis=1)`` by one sort of the (few) columns: the middle value,
     or the mean ``(a + b) / 2`` of the middle two, of each row's valid values (NaN when
     none). Same numbers as numpy's, several times faster on a ticks × GPUs grid."""

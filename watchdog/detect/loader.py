@@ -30,6 +30,7 @@ from watchdog.detect.waits import LearnedWait, parse_learned_wait
 from watchdog.errors import InputError
 from watchdog.incident import KINDS, OWN_KINDS, SEVERITIES
 from watchdog.units import parse_duration
+from watchdog.untyped import JsonDoc
 
 RULE_KINDS = tuple(k for k in KINDS if k not in OWN_KINDS)  # `agent` is the agent's own
 
@@ -411,7 +412,7 @@ def _check_template(summary: str, evidence: set[str], err: Any) -> None:
         parsed = list(string.Formatter().parse(summary))
     except ValueError as e:
         raise err("summary", f"summary: {e}") from None
-    dummy: dict[str, Any] = {}
+    dummy: JsonDoc = {}
     for _, fname, spec, _conv in parsed:
         if fname is None:
             continue

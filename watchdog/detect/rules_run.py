@@ -38,6 +38,7 @@ from watchdog.detect.signal_names import CHAINED_SIGNALS, DEPENDS, LEARNING_SIGN
 from watchdog.detect.signals import Block
 from watchdog.detect.waits import WaitLearner
 from watchdog.incident import Incident
+from watchdog.untyped import Array, JsonDoc
 
 NODE = "node"  # the entity key of a node rule's state
 _ANY = frozenset([*catalogue.NAMES, "xid"])  # live: any metric may come
@@ -139,7 +140,7 @@ class RuleRunner:
         block.evaluator = self._ev
         ticks = blockrows.ticks(block)
         slots = [(uuid, g.slot) for uuid, g in gpus.items()]
-        active: dict[str, Any] = {}
+        active: JsonDoc = {}
         for rule in self.rules:
             if rule.name in self.pruned:  # cannot fire on these metrics: no incidents
                 continue
@@ -170,8 +171,8 @@ class RuleRunner:
         return out
 
     # --- one rule -----------------------------------------------------------------------
-    def _inhibit_mask(self, rule: Rule, uuid: str, times: np.ndarray,
-                      active: dict[str, Any]) -> np.ndarray:
+    def _inhibit_mask(self, rule: Rule, uuid: str, times: Array,
+                      active: JsonDoc) -> Array:
         mask = np.zeros(len(times), bool)
         for inh in self.rules.inhibitors(rule):
             got = active.get(inh.name)
@@ -219,12 +220,12 @@ class RuleRunner:
                                  else _ANY))
 
     def _extra(self, rule: Rule, st: EntityState, hidden: dict[str, float],
-               name: str | None, used: list[str] | None = None) -> dict[str, Any]:
+               name: str | None, used: list[str] | None = None) -> JsonDoc:
         """What the engine adds to an incident's evidence: the ``for`` used and what was
         learned for it, dropped samples, the fallbacks its condition used on the GPU
         called ``name`` (``hidden``: the sources and values of its chained signals there)
         and the width sparse sampling widened its windows to."""
-        extra: dict[str, Any] = {"for_s": st.for_used}
+        extra: JsonDoc = {"for_s": st.for_used}
         m = self.machines[rule.name]
         if m.learner is not None:
             extra["learned_longest_s"] = m.learner.longest
@@ -244,7 +245,7 @@ class RuleRunner:
         self.ledger.resolved(t, st.incident)
 
     def _run_gpu_rule(self, rule: Rule, b: Block, gpus: Mapping[str, Gpu],
-                      active: dict[str, Any]) -> dict[str, list[tuple[float, float]]]:
+                      active: JsonDoc) -> dict[str, list[tuple[float, float]]]:
         ev = self._ev
         cond_all = truth(ev.sample(self._cond[rule.name], b))
         # the clear test is read only while an incident fires: with none firing as the
@@ -254,7 +255,7 @@ class RuleRunner:
             rule.name not in self._lazy_clear or bool(cond_all.any())
             or any(st.phase == "firing" for st in machine.states.values()))
         clr_all = truth(ev.sample(self._clear[rule.name], b)) if need_clear else None
-        evid: dict[str, np.ndarray] = {}  # computed when an incident fires in this block
+        evid: dict[str, Array] = {}  # computed when an incident fires in this block
         inputs = []
         for uuid, g in gpus.items():
             lo, hi = int(b.offsets[g.slot]), int(b.offsets[g.slot + 1])
@@ -287,8 +288,8 @@ class RuleRunner:
                 self.engaged.episode(rule.name, uuid, since, end)
         return out
 
-    def _run_node_rule(self, rule: Rule, ticks: np.ndarray, slots: list[tuple[str, int]],
-                       gpus: Mapping[str, Gpu], b: Block, active: dict[str, Any]) -> tuple:
+    def _run_node_rule(self, rule: Rule, ticks: Array, slots: list[tuple[str, int]],
+                       gpus: Mapping[str, Gpu], b: Block, active: JsonDoc) -> tuple:
         ev = self._ev
         cache = b.grid_cache  # shared by the node rules of the block (same ticks, GPUs)
         condm = truth(ev.grid(self._cond[rule.name], ticks, slots, b, cache))
@@ -342,8 +343,8 @@ class RuleRunner:
             add_members(inc, [(gpus[u].index, u) for u in joined])
         return (out[NODE], ticks, condm, uuids)
 
-    def _held_durations(self, name: str, ticks: np.ndarray, condm: np.ndarray,
-                        uuids: list[str], full: bool = True) -> np.ndarray:
+    def _held_durations(self, name: str, ticks: Array, condm: Array,
+                        uuids: list[str], full: bool = True) -> Array:
         """Seconds each GPU's condition has held at each tick (0 where it does not hold).
 
         ``condm`` is ticks x GPUs; the start of a run still holding at the end of the block

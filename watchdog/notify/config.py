@@ -21,6 +21,7 @@ from watchdog.incident import KINDS, SEVERITIES
 from watchdog.notify import sinks as sink_types
 from watchdog.paths import beside
 from watchdog.units import duration_in, number_in
+from watchdog.untyped import JsonDoc
 
 #: Kinds that make every other kind on the same GPU (or node) pointless to page about.
 DEFAULT_INHIBITORS = ("gpu_lost", "nvml_error")
@@ -56,7 +57,7 @@ class Inhibit:
 class SinkSpec:
     name: str
     type: str
-    options: dict[str, Any]
+    options: JsonDoc
     where: str
 
 
@@ -91,7 +92,7 @@ class NotifyConfig:
     drain_timeout: float = 10.0
     path: str | None = None
     runbook_url: str | None = None
-    extra: dict[str, Any] = field(default_factory=dict)
+    extra: JsonDoc = field(default_factory=dict)
 
     def sinks_for(self, severity: str, kind: str, down: str | None = None) -> tuple[str, ...]:
         """Sink names an alert of ``severity`` and ``kind`` is routed to. ``down``: the
@@ -183,7 +184,7 @@ def parse_notify(data: Any, lines: dict[str, int], path: str | None,
     if unknown:
         k = sorted(unknown)[0]
         raise InputError(f"{at(k)}: unknown setting (known: {', '.join(sorted(_KEYS))})")
-    out: dict[str, Any] = {"path": path, "runbook_url": runbook_url}
+    out: JsonDoc = {"path": path, "runbook_url": runbook_url}
     for k in _TIMERS:
         if k in data:
             lo, hi = RANGES[k]

@@ -52,6 +52,8 @@ import urllib.request
 from dataclasses import dataclass
 from typing import Any
 
+from watchdog.untyped import JsonDoc
+
 MAX_BODY = 64 * 1024
 ENV = "env"  # ``proxy=ENV``: the proxy environment variables decide, as urllib does
 _CHUNK = 8192
@@ -139,7 +141,7 @@ def _resolve(host: str, port: int, guard: _Guard) -> list[Any]:
         return socket.getaddrinfo(host, port, 0, socket.SOCK_STREAM, 0, socket.AI_NUMERICHOST)
     except ValueError:
         pass
-    box: dict[str, Any] = {}
+    box: JsonDoc = {}
 
     def work() -> None:
         try:

@@ -27,11 +27,12 @@ from watchdog.notify.config import NotifyConfig
 from watchdog.notify.deliver import Worker
 from watchdog.notify.policy import JobClear, JobOf, Policy, RuleInfo
 from watchdog.store.store import Store
+from watchdog.untyped import JsonDoc
 
 log = logging.getLogger("watchdog.notify")
 
 
-def build_sinks(cfg: NotifyConfig) -> dict[str, Any]:
+def build_sinks(cfg: NotifyConfig) -> JsonDoc:
     """Every sink of the config, built (secrets read) now: errors are InputError."""
     from watchdog.notify.sinks import build_sink
 
@@ -60,7 +61,7 @@ class Notifier:
         self.workers_speed = speed
         self.workers = {name: Worker(s, db, self.events, cfg.sink_fail_after, wall,
                                      speed=speed) for name, s in self.sinks.items()}
-        self._status: dict[str, Any] = {}
+        self._status: JsonDoc = {}
         self._status_at = -1e18
         self.problems: list[str] = []
         if start:
@@ -140,7 +141,7 @@ class Notifier:
                 log.warning("closing sink %s: %s", getattr(s, "name", s), e)
 
     # --- status ---------------------------------------------------------------------------------
-    def status(self) -> dict[str, Any]:
+    def status(self) -> JsonDoc:
         """For ``watchdog status`` (cached: safe to call from the metrics thread)."""
         return self._status or {"sinks": {}}
 
@@ -151,7 +152,7 @@ class Notifier:
                 for name, s in (self._status.get("sinks") or {}).items() if s.get("down")}
 
     def _down(self, w: Worker, failing_since: float | None, error: str | None,
-              wall: float) -> dict[str, Any]:
+              wall: float) -> JsonDoc:
         """``down`` (why in words, or None) and ``down_severity``: critical when the sink
         carries critical pages (the routes send it some), else warning."""
         name = w.sink.name

@@ -33,6 +33,7 @@ from typing import Any
 from watchdog import incident as records
 from watchdog.escape import line
 from watchdog.notify.base import Alert, Notification
+from watchdog.untyped import JsonDoc
 
 
 def gpu_list(gpus: tuple[str, ...] | list[str]) -> str:
@@ -157,7 +158,7 @@ KNOWN_EVIDENCE = frozenset({*_WORDS, *_FLAGS, *_SKIP, *_POWER, "used", "total",
                             "uncorrected", "new_uncorrected", "score", "learned_longest_s"})
 
 
-def _power(ev: dict[str, Any]) -> str | None:
+def _power(ev: JsonDoc) -> str | None:
     """``power 105 W (idle 120 W, busy 690 W)``: the draw against the GPU's own learned
     levels, which is what ``power_rel`` (0 = idle, 100 = busy) measures; without the
     levels, ``power_rel`` in words (``at or below its idle level``), never the raw number."""
@@ -318,7 +319,7 @@ def as_text(n: Notification, now: float | None = None) -> str:
     return "\n\n".join(blocks)
 
 
-def jsonable_alert(a: Alert) -> dict[str, Any]:
+def jsonable_alert(a: Alert) -> JsonDoc:
     """The alert as JSON: times as ISO 8601 with zone, each also as ``<name>_epoch``
     (POSIX seconds, null when the time is)."""
     from dataclasses import asdict

@@ -19,6 +19,7 @@ from watchdog.incident import Incident, iso
 from watchdog.pipeline import core
 from watchdog.sources import is_sim
 from watchdog.sources.sim.frames import SIM_START, simulate, simulate_chunks
+from watchdog.untyped import JsonDoc
 
 BLOCK_ROWS = 131_072  # the engine's MAX_BLOCK_ROWS: fewer, larger blocks cost less per row
 
@@ -52,7 +53,7 @@ class Replayed:
     host: str
     frames: list[Any]
     incidents: list[Incident] = field(default_factory=list)
-    stats: dict[str, Any] | None = None  # gpus/samples/start/end when frames are a sample
+    stats: JsonDoc | None = None  # gpus/samples/start/end when frames are a sample
     engaged: Any = None  # when a rule was pending or firing on each GPU (the detector's)
     # what the log let each rule judge (watchdog.detect.coverage.Note): rules that could
     # not run on it and why, rules that ran on a fallback; said once per log
@@ -73,7 +74,7 @@ class Replayed:
 
         return pd.concat(self.frames, ignore_index=True)
 
-    def source_json(self) -> dict[str, Any]:
+    def source_json(self) -> JsonDoc:
         """The ``sources`` entry of the JSON document."""
         job = {} if self.console is None else {"exit_code": self.exit_code}
         if self.stats is not None:

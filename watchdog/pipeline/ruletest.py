@@ -41,6 +41,7 @@ from watchdog.errors import InputError
 from watchdog.incident import Incident
 from watchdog.records import DeviceInfo, XidEvent
 from watchdog.units import duration_in, parse_duration
+from watchdog.untyped import Array, JsonDoc
 
 T0 = 1_700_000_000.0  # t = 0 of every test (POSIX s)
 #: The most samples one series may expand to.
@@ -67,7 +68,7 @@ FILE_KEYS = ("rule_files", "interval", "devices", "tests")
 EXPECT_KEYS = ("kind", "rule", "gpus", "started_at", "fired_at", "resolved_at", "resolved")
 
 
-def parse_series(text: str) -> np.ndarray:
+def parse_series(text: str) -> Array:
     """Expand the compact series notation into float values (NaN = missing).
 
     ``0x10`` is ten zeros; a hex value needs its count: ``0x48x1``, ``0x4x600``.
@@ -121,10 +122,10 @@ class Case:
     rule_files: list[Path] | None
     interval: float
     devices: list[DeviceInfo]
-    series: dict[int, dict[str, np.ndarray]]
+    series: dict[int, dict[str, Array]]
     xids: list[XidEvent] = field(default_factory=list)
     eval_time: float | None = None
-    expect: list[dict[str, Any]] = field(default_factory=list)
+    expect: list[JsonDoc] = field(default_factory=list)
     expect_absent: list[str] = field(default_factory=list)
     allow_extra: bool = False
     values: int = 0  # longest series x GPUs x metrics: the size of its frame
@@ -188,7 +189,7 @@ def _gpu_keys(key: Any) -> list[int]:
     return out
 
 
-def _case(raw: Any, top: dict[str, Any], file: str, line: int,
+def _case(raw: Any, top: JsonDoc, file: str, line: int,
           rule_files: list[Path] | None) -> Case:
     if not isinstance(raw, dict):
         raise InputError("a test case must be a mapping")
@@ -202,7 +203,7 @@ def _case(raw: Any, top: dict[str, Any], file: str, line: int,
         d = dict(d)
         d.setdefault("uuid", f"GPU-{int(d['index'])}")
         devs[int(d["index"])] = DeviceInfo.from_dict(d)
-    series: dict[int, dict[str, np.ndarray]] = {}
+    series: dict[int, dict[str, Array]] = {}
     given = raw.get("series") or {}
     if not isinstance(given, dict):
         raise InputError("series: a mapping of GPU -> {metric: values}")
@@ -284,7 +285,7 @@ def build_frame(case: Case) -> Any:
     g = len(gpus)
     names = list(dict.fromkeys(m for gi in gpus for m in case.series[gi] if m != "lost"))
 
-    def grid(name: str, fill: float) -> np.ndarray:
+    def grid(name: str, fill: float) -> Array:
         out = np.full((n, g), fill)
         for j, gi in enumerate(gpus):
             vals = case.series[gi].get(name)
@@ -292,7 +293,7 @@ def build_frame(case: Case) -> Any:
                 out[:min(n, len(vals)), j] = vals[:n]
         return out.ravel()
 
-    cols: dict[str, Any] = {
+    cols: JsonDoc = {
         "ts": np.repeat(ticks, g),
         "uuid": np.tile(np.array([by_index[gi].uuid for gi in gpus], dtype=object), n),
         "index": np.tile(np.array(gpus, dtype=np.int64), n),
@@ -351,7 +352,7 @@ def _within(spec: Any, t: float | None) -> bool:
     return lo - 1e-6 <= t - T0 <= hi + 1e-6
 
 
-def _matches(exp: dict[str, Any], inc: Incident) -> bool:
+def _matches(exp: JsonDoc, inc: Incident) -> bool:
     if exp.get("kind") != inc.kind:
         return False
     if "rule" in exp and exp["rule"] != inc.rule:
@@ -374,7 +375,7 @@ def _show(inc: Incident) -> str:
             f"resolved_at={_rel(inc.resolved_at)}")
 
 
-def _show_exp(exp: dict[str, Any]) -> str:
+def _show_exp(exp: JsonDoc) -> str:
     return " ".join(f"{k}={v}" for k, v in exp.items())
 
 

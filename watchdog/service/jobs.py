@@ -36,6 +36,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from watchdog.errors import InputError
+from watchdog.pipeline.ports import SampleRecorder
+from watchdog.untyped import JsonDoc
 
 HOLD_S = 1800.0  # a GPU keeps its last job this long after its processes left
 MAX_NOTES = 8  # dropped environment values shown by `watchdog status` at a time
@@ -63,7 +65,7 @@ class Job:
         """What every node of the job shares for one run of it: ``<id>#<run>``."""
         return f"{self.id}#{self.run or 0}"
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self) -> JsonDoc:
         out = {"id": self.id, "scheduler": self.scheduler, "run": self.run,
                "namespace": self.namespace, "pod": self.pod}
         if not self.trusted:
@@ -238,12 +240,12 @@ class JobTracker:
                 out.setdefault(job, []).append(index)
             return [(j, sorted(ix)) for j, ix in sorted(out.items(), key=lambda x: x[0].id)]
 
-    def status(self) -> dict[str, Any]:
+    def status(self) -> JsonDoc:
         """For ``watchdog status``: what the node runs and where that came from."""
         cfg = self.config
         with self._lock:
             overridden = self._override is not None
-        doc: dict[str, Any] = {"source": "config" if overridden else "processes",
+        doc: JsonDoc = {"source": "config" if overridden else "processes",
                                "jobs": [{**j.to_dict(), "gpus": gpus} for j, gpus in self.jobs()]}
         if cfg is not None and (cfg.id or cfg.id_env or cfg.id_file):
             doc["config"] = next(f"{k}: {v}" for k, v in (("id", cfg.id), ("id_env", cfg.id_env),
@@ -263,11 +265,12 @@ class SampleTee:
     """The pipeline's recording port, teed: every tick's samples go to the job tracker,
     then to the real recorder (``record:``) when there is one."""
 
-    def __init__(self, tracker: JobTracker, recorder: Any = None) -> None:
+    def __init__(self, tracker: JobTracker, recorder: SampleRecorder | None = None,
+                 status_to: JsonDoc | None = None) -> None:
         self.tracker = tracker
         self.recorder = recorder
-        self.status_to: dict[str, Any] | None = None  # the pipeline's extra status: "job"
-        self._shown: Any = None
+        self.status_to = status_to  # the pipeline's extra status: "job"
+        self._shown: object = None
 
     def open(self, host: str, devices: list[Any]) -> None:
         if self.recorder is not None:

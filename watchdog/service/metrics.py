@@ -236,7 +236,7 @@ class PipelineCollector:
     def _alerting(self, node: str) -> Iterator[Any]:
         from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 
-        notifier = self.pipeline.notifier
+        notifier = self.pipeline.alerting
         if notifier is None or not hasattr(notifier, "status"):
             return
         try:

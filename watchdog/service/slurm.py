@@ -48,6 +48,7 @@ from typing import Any
 from watchdog.cluster import DRAIN_KINDS, NEVER_DRAIN
 from watchdog.errors import InputError
 from watchdog.service.scontrol import PREFIX, Scontrol, ScontrolError, is_ours, reason_text
+from watchdog.untyped import JsonDoc
 
 log = logging.getLogger("watchdog.slurm")
 POLL_S = 5.0  # real seconds between looks at the node while there is something to watch
@@ -81,7 +82,7 @@ def parse_config(value: Any, at: str) -> SlurmConfig | None:
         value = {}
     if not isinstance(value, dict) or set(value) - keys:
         raise InputError(f"{at}: slurm must be a mapping of {', '.join(sorted(keys))}")
-    out: dict[str, Any] = {}
+    out: JsonDoc = {}
     if "drain" in value:
         kinds = value["drain"] or []
         if not isinstance(kinds, list) or not all(isinstance(k, str) for k in kinds):
@@ -123,11 +124,13 @@ class SlurmActor:
 
     ``now()`` is the agent's clock; ``judging()`` whether the agent can read its GPUs;
     ``annotate(inc, text)`` records an action on an incident; ``db`` the state store (or
-    None) where what must survive a restart is kept."""
+    None) where what must survive a restart is kept; ``status_to`` the pipeline's extra
+    status, where the actor keeps its part of ``watchdog status`` ("slurm")."""
 
     def __init__(self, cfg: SlurmConfig, *, now: Callable[[], float],
                  judging: Callable[[], bool], annotate: Callable[[Any, str], None] | None = None,
-                 db: Any = None, node: str | None = None) -> None:
+                 db: Any = None, node: str | None = None,
+                 status_to: JsonDoc | None = None) -> None:
         self.cfg = cfg
         self.node = node or cfg.node or socket.gethostname().split(".")[0]
         self.scontrol = Scontrol(cfg.scontrol, self.node, cfg.timeout_s)
@@ -136,17 +139,17 @@ class SlurmActor:
         self.annotate = annotate
         self.db = db
         self._lock = threading.Lock()
-        self._holding: dict[str, Any] = {}  # identity -> active drain incident
+        self._holding: JsonDoc = {}  # identity -> active drain incident
         self._drained_for: set[str] = set()
         self._respected: set[str] = set()  # admin resumed during these incidents
-        self._drained: dict[str, Any] | None = None  # our drain: reason, at, for
+        self._drained: JsonDoc | None = None  # our drain: reason, at, for
         self._clean_since = now()  # no drain incident since (agent clock)
         self._judging_since: float | None = None
         self._seen_node = False
-        self.actions: deque[dict[str, Any]] = deque(maxlen=KEEP_ACTIONS)
+        self.actions: deque[JsonDoc] = deque(maxlen=KEEP_ACTIONS)
         self.counts = {"drains": 0, "resumes": 0, "errors": 0}
         self.error: str | None = None
-        self.status_to: dict[str, Any] | None = None  # the pipeline's extra_status
+        self.status_to = status_to
         self._wake = threading.Event()
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
@@ -221,7 +224,7 @@ class SlurmActor:
         self._seen_node = True
         return st
 
-    def _drain(self, now: float, holding: dict[str, Any], pending: list[str]) -> None:
+    def _drain(self, now: float, holding: JsonDoc, pending: list[str]) -> None:
         inc = holding[pending[0]]
         st = self._state()
         if st is None:
@@ -253,7 +256,7 @@ class SlurmActor:
                 self._drained = {"reason": reason, "at": now, "dry_run": dry}
         self._save()
 
-    def _watch(self, now: float, holding: dict[str, Any], clean_since: float) -> None:
+    def _watch(self, now: float, holding: JsonDoc, clean_since: float) -> None:
         """Our drain (or, at start, whether there is one): the admin's hand, or resume."""
         if self._drained is not None and self._drained.get("dry_run"):
             self._resume(now, holding, clean_since)  # a drain that was never made
@@ -277,7 +280,7 @@ class SlurmActor:
             return
         self._resume(now, holding, clean_since)
 
-    def _resume(self, now: float, holding: dict[str, Any], clean_since: float) -> None:
+    def _resume(self, now: float, holding: JsonDoc, clean_since: float) -> None:
         if holding or not self.cfg.resume:
             return
         since = max(clean_since, self._judging_since or now)
@@ -298,7 +301,7 @@ class SlurmActor:
 
     # --- records ------------------------------------------------------------------------------
     def _act(self, now: float, action: str, text: str, keys: list[str],
-             holding: dict[str, Any], remember: bool = False) -> None:
+             holding: JsonDoc, remember: bool = False) -> None:
         dry = self.cfg.dry_run and action in ("drain", "resume")
         entry = {"at": now, "action": action, "node": self.node, "detail": text,
                  "incidents": keys, "dry_run": dry}

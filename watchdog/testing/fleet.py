@@ -29,6 +29,7 @@ from typing import Any
 import yaml
 
 from watchdog import yamlsafe
+from watchdog.untyped import JsonDoc
 
 REPO = Path(__file__).resolve().parents[2]
 PROMETHEUS = shutil.which("prometheus")
@@ -86,7 +87,7 @@ def alertmanager_config(receiver_url: str, *, scale: float = 1.0) -> str:
 
         return f"{max(1000, round(parse_duration(text, what='timer') * scale * 1000))}ms"
 
-    def walk(route: dict[str, Any]) -> None:
+    def walk(route: JsonDoc) -> None:
         for key in ("group_wait", "group_interval", "repeat_interval"):
             if key in route:
                 route[key] = scaled(route[key])
@@ -240,7 +241,7 @@ class Fleet:
         text = (self.folder / f"{name}.log").read_text(errors="replace")[-2000:]
         raise RuntimeError(f"{name} did not become ready:\n{text}")
 
-    def query(self, expr: str) -> list[dict[str, Any]]:
+    def query(self, expr: str) -> list[JsonDoc]:
         """An instant query's result vector."""
         url = (f"http://127.0.0.1:{self.prom_port}/api/v1/query?"
                + urllib.parse.urlencode({"query": expr}))

@@ -34,11 +34,12 @@ import numpy as np
 
 from watchdog.testing.inject import Label
 from watchdog.testing.rawlog import RawLog
+from watchdog.untyped import Array
 
 TAU_S = 60.0  # a GPU's thermal time constant (s): the temperature follows power this fast
 
 
-def _rows(log: RawLog, g: int, lo: float, hi: float) -> tuple[np.ndarray, np.ndarray]:
+def _rows(log: RawLog, g: int, lo: float, hi: float) -> tuple[Array, Array]:
     mine = np.flatnonzero(log.gpu == g)
     at = (log.ts[mine] >= lo) & (log.ts[mine] < hi)
     return mine[at], np.flatnonzero(at)

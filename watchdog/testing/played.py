@@ -47,7 +47,7 @@ class PlayedSource:
 def play_live(recording: Any, rules: Any, *, host: str | None = None,
               store: Any = None) -> list[Incident]:
     """Every incident the agent's live pipeline raises over ``recording`` (with
-    ``rules``, no model, no notifiers), in the order they fired, as they stand at the
+    ``rules``, no model, no alerting), in the order they fired, as they stand at the
     recording's end; ``store`` an :class:`~watchdog.store.agent.AgentStore` whose learned
     state the agent restores first (None: a fresh node)."""
     from watchdog.pipeline.core import build_detector
@@ -69,7 +69,7 @@ def play_live(recording: Any, rules: Any, *, host: str | None = None,
 
     interval = _interval(times)
     pipe = LivePipeline(lambda _now: source, make, clock, spec="played", interval=interval,
-                        store=store, notifiers=[note], host=host or recording.host)
+                        store=store, listeners=[note], host=host or recording.host)
     for t in times:
         clock.sleep_until(t)
         pipe.tick()

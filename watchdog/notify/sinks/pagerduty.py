@@ -44,6 +44,7 @@ from watchdog.notify.sinks.common import (
     retry_after,
     secret,
 )
+from watchdog.untyped import JsonDoc
 
 SEVERITY = {"critical": "critical", "warning": "warning", "info": "info"}
 
@@ -106,7 +107,7 @@ def _client(routing_key: str, url: str | None, timeout: float,
     return c
 
 
-def payload(a: Alert, now: float | None = None) -> dict[str, Any]:
+def payload(a: Alert, now: float | None = None) -> JsonDoc:
     """The event's payload: what the on-call person sees in PagerDuty."""
     summary = line(a.summary)
     details = {"summary": summary, "gpus": list(a.gpus), "uuids": [line(u) for u in a.uuids],
@@ -130,7 +131,7 @@ class PagerDutySink:
     rate_per_s: float | None = 2.0  # 120 events per minute per routing key
     resend_interval: float | None = None
 
-    def send(self, n: Notification, memory: dict[str, Any]) -> Result:
+    def send(self, n: Notification, memory: JsonDoc) -> Result:
         if n.reason in ("repeat", "refresh"):
             return Accepted(memory)
         mem = dict(memory)
@@ -158,7 +159,7 @@ class PagerDutySink:
         mem.update(last=last, done=done, done_for=n.id)
         return Accepted(mem)
 
-    def _own(self, n: Notification, mem: dict[str, Any], done: list[str]) -> Result:
+    def _own(self, n: Notification, mem: JsonDoc, done: list[str]) -> Result:
         """The agent's own message: ``meta`` one trigger (the agent's trouble stays open
         until someone looks); ``test`` a trigger then its resolve (same dedup_key), both
         needed for Accepted, so a test leaves no incident open."""
@@ -208,7 +209,7 @@ def _failure_of(e: BaseException) -> http.HttpFailure | None:
     return None
 
 
-def _pd_error(e: Exception, memory: dict[str, Any]) -> Result:
+def _pd_error(e: Exception, memory: JsonDoc) -> Result:
     from pagerduty.errors import Error, HttpError
 
     failure = _failure_of(e)
@@ -229,7 +230,7 @@ def _pd_error(e: Exception, memory: dict[str, Any]) -> Result:
     return Retry(clean(f"pagerduty: {type(e).__name__}: {e}"), None, memory)
 
 
-def from_config(name: str, options: dict[str, Any], where: str) -> PagerDutySink:
+def from_config(name: str, options: JsonDoc, where: str) -> PagerDutySink:
     check_keys(options, {"routing_key", "routing_key_env", "routing_key_file", "url",
                          "timeout", "ca_file"}, where)
     key = secret(options, "routing_key", where)

@@ -48,6 +48,7 @@ from watchdog.notify.sinks.common import (
     retry_after,
     secret,
 )
+from watchdog.untyped import JsonDoc
 
 MAX_BLOCKS = 50
 SECTION_MAX = 3000
@@ -64,13 +65,13 @@ def _cut(text: str, limit: int) -> str:
     return text if len(text) <= limit else text[: limit - 1] + "…"
 
 
-def mrkdwn(text: str) -> dict[str, Any]:
+def mrkdwn(text: str) -> JsonDoc:
     """A ``mrkdwn`` text object (already escaped) that Slack takes as written: no bare URL,
     channel name or mention is made a link (``verbatim``)."""
     return {"type": "mrkdwn", "text": _cut(text, SECTION_MAX), "verbatim": True}
 
 
-def alert_block(a: Alert, now: float, headline: bool = True) -> dict[str, Any]:
+def alert_block(a: Alert, now: float, headline: bool = True) -> JsonDoc:
     """One alert as a section: bold headline (left out when the message's header already
     says it), the summary, then the numbers in italics."""
     icon = ":white_check_mark:" if a.status == "resolved" else _ICON.get(a.severity, "")
@@ -82,7 +83,7 @@ def alert_block(a: Alert, now: float, headline: bool = True) -> dict[str, Any]:
     return {"type": "section", "text": mrkdwn("\n".join(lines))}
 
 
-def context_block(a: Alert) -> dict[str, Any]:
+def context_block(a: Alert) -> JsonDoc:
     """Small print: GPU UUIDs, job, runbook, times."""
     bits = []
     if a.uuids:
@@ -106,7 +107,7 @@ def _link_target(url: str) -> str:
                    for c in url)
 
 
-def render_blocks(n: Notification, now: float | None = None) -> dict[str, Any]:
+def render_blocks(n: Notification, now: float | None = None) -> JsonDoc:
     """Block Kit for ``n``: ``{"text": fallback, "blocks": [...]}`` within Slack's limits."""
     now = n.created_at if now is None else now
     if n.reason in ("meta", "test"):
@@ -115,7 +116,7 @@ def render_blocks(n: Notification, now: float | None = None) -> dict[str, Any]:
         return {"text": _cut(text, SECTION_MAX), "blocks": [
             {"type": "section", "text": mrkdwn(text)}]}
     title = line(render.title(n, now))
-    blocks: list[dict[str, Any]] = [
+    blocks: list[JsonDoc] = [
         {"type": "header", "text": {"type": "plain_text", "text": _cut(title, HEADER_MAX),
                                     "emoji": False}}]
     shown = n.alerts[: (MAX_BLOCKS - 2) // 3]
@@ -147,7 +148,7 @@ class SlackSink:
     rate_per_s: float | None = 1.0
     resend_interval: float | None = None
 
-    def send(self, n: Notification, memory: dict[str, Any]) -> Result:
+    def send(self, n: Notification, memory: JsonDoc) -> Result:
         now = n.created_at
         msg = render_blocks(n, now)
         if self.channel is None:
@@ -169,7 +170,7 @@ class SlackSink:
         except Exception as e:  # noqa: BLE001 - mapped onto Retry/Failed below
             return _slack_error(e, mem)
 
-    def _webhook(self, msg: dict[str, Any]) -> Result:
+    def _webhook(self, msg: JsonDoc) -> Result:
         try:
             r = self.client.send(text=msg["text"], blocks=msg["blocks"])
         except http.HttpFailure as e:
@@ -185,7 +186,7 @@ class SlackSink:
         return None
 
 
-def _slack_error(e: Exception, memory: dict[str, Any]) -> Result:
+def _slack_error(e: Exception, memory: JsonDoc) -> Result:
     from slack_sdk.errors import SlackApiError
 
     if isinstance(e, http.HttpFailure):
@@ -236,7 +237,7 @@ def _clients() -> tuple[type, type]:
     class GuardedWebClient(WebClient):  # type: ignore[misc]
         deadline_s = 10.0
 
-        def _perform_urllib_http_request_internal(self, url: str, req: Any) -> dict[str, Any]:
+        def _perform_urllib_http_request_internal(self, url: str, req: Any) -> JsonDoc:
             r, text = _guarded(self, url, req)
             return {"status": r.status, "headers": r.headers, "body": text}
 
@@ -250,7 +251,7 @@ def _clients() -> tuple[type, type]:
     return GuardedWebClient, GuardedWebhookClient
 
 
-def from_config(name: str, options: dict[str, Any], where: str) -> SlackSink:
+def from_config(name: str, options: JsonDoc, where: str) -> SlackSink:
     check_keys(options, {"token", "token_env", "token_file", "channel", "webhook_url",
                          "webhook_url_env", "webhook_url_file", "api_url", "timeout",
                          "ca_file"}, where)

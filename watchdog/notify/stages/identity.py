@@ -13,10 +13,10 @@ import logging
 from collections.abc import Callable
 
 from watchdog.incident import Incident, jsonable
-from watchdog.jsondoc import JsonDoc
 from watchdog.notify.base import Alert
 from watchdog.notify.config import NotifyConfig
 from watchdog.notify.fingerprint import group_key, identity
+from watchdog.untyped import JsonDoc
 
 log = logging.getLogger("watchdog.notify")
 

@@ -12,12 +12,12 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
-from watchdog.jsondoc import JsonDoc
 from watchdog.notify import store as st
 from watchdog.notify.base import Alert
 from watchdog.notify.config import NotifyConfig
 from watchdog.notify.stages.state import AlertState
 from watchdog.store.store import Store
+from watchdog.untyped import JsonDoc
 
 SILENCES_EVERY_S = 5.0  # the silences are read from the database at most this often
 

@@ -30,6 +30,7 @@ from watchdog.records import DeviceInfo, ProcessInfo, XidEvent
 from watchdog.sources.replay.convert import MAX_GPU_INDEX
 from watchdog.sources.replay.frame import Key, Recording
 from watchdog.sources.replay.sniff import MAGIC
+from watchdog.untyped import Array, JsonDoc
 
 FORMAT = "nvml-watchdog-recording"
 VERSION = 1
@@ -136,8 +137,8 @@ def read(path: str, data: Any, *, host: str | None) -> Recording:
                 declared += z.declared
                 steps.append((kind, len(chunks) - 1))
         # …then the arrays, each within its declared size
-        parts: list[dict[str, np.ndarray]] = []
-        metas: list[dict[str, Any]] = []
+        parts: list[dict[str, Array]] = []
+        metas: list[JsonDoc] = []
         for kind, item in steps:
             if kind == b"D":
                 devices = item
@@ -243,7 +244,7 @@ def _check_chunk(z: Any, where: str) -> None:
                              "(ragged columns)")
 
 
-def _check_values(arr: dict[str, np.ndarray], where: str) -> None:
+def _check_values(arr: dict[str, Array], where: str) -> None:
     n = len(arr["ts"])
     if not n:
         return
@@ -256,7 +257,7 @@ def _check_values(arr: dict[str, np.ndarray], where: str) -> None:
         raise InputError(f"{where}: a GPU index outside 0..{MAX_INDEX}")
 
 
-def _meta(raw: np.ndarray, n: int, where: str) -> dict[str, Any]:
+def _meta(raw: Array, n: int, where: str) -> JsonDoc:
     """The chunk's sparse data, each entry ``[row, value]`` checked: row in range, value
     of the right shape (errors: texts, processes: ProcessInfo objects, xids: XidEvent)."""
     try:
@@ -265,7 +266,7 @@ def _meta(raw: np.ndarray, n: int, where: str) -> dict[str, Any]:
         raise InputError(f"{where}: meta is not JSON (damaged chunk)") from None
     if not isinstance(meta, dict):
         raise InputError(f"{where}: meta is not an object (damaged chunk)")
-    out: dict[str, Any] = {}
+    out: JsonDoc = {}
     for key in ("errors", "processes", "xids"):
         items = meta.get(key, [])
         if not isinstance(items, list):
@@ -293,13 +294,13 @@ def _meta(raw: np.ndarray, n: int, where: str) -> dict[str, Any]:
     return out
 
 
-def _assemble(path: str, host: str, parts: list[dict[str, np.ndarray]],
-              metas: list[dict[str, Any]], devices: list[DeviceInfo],
+def _assemble(path: str, host: str, parts: list[dict[str, Array]],
+              metas: list[JsonDoc], devices: list[DeviceInfo],
               warnings: list[str]) -> Recording:
     names = list(dict.fromkeys(k[3:] for p in parts for k in p if k.startswith("v__")))
-    cols: dict[str, list[np.ndarray]] = {c: [] for c in ("ts", "index", "uuid", "lost")}
-    vals: dict[str, list[np.ndarray]] = {m: [] for m in names}
-    has: dict[str, list[np.ndarray]] = {m: [] for m in names}
+    cols: dict[str, list[Array]] = {c: [] for c in ("ts", "index", "uuid", "lost")}
+    vals: dict[str, list[Array]] = {m: [] for m in names}
+    has: dict[str, list[Array]] = {m: [] for m in names}
     errors: dict[Key, tuple[str, ...]] = {}
     processes: dict[Key, tuple[ProcessInfo, ...]] = {}
     sample_xids: dict[Key, list[XidEvent]] = {}
@@ -323,15 +324,15 @@ def _assemble(path: str, host: str, parts: list[dict[str, np.ndarray]],
         for r, x in meta.get("xids", []):
             sample_xids.setdefault((ts_l[r], str(uu[r])), []).append(x)
 
-    def cat(xs: list[np.ndarray], dtype: Any) -> np.ndarray:
+    def cat(xs: list[Array], dtype: Any) -> Array:
         return np.concatenate(xs).astype(dtype, copy=False) if xs else np.zeros(0, dtype)
 
     ts = cat(cols["ts"], np.float64)
     index = cat(cols["index"], np.int64)
     order = np.lexsort((index, ts))
-    data: dict[str, Any] = {"ts": ts[order], "uuid": cat(cols["uuid"], object)[order],
+    data: JsonDoc = {"ts": ts[order], "uuid": cat(cols["uuid"], object)[order],
                             "index": index[order], "lost": cat(cols["lost"], bool)[order]}
-    absent: dict[str, np.ndarray] = {}
+    absent: dict[str, Array] = {}
     for m in names:
         data[m] = cat(vals[m], np.float64)[order]
         h = cat(has[m], bool)[order]

@@ -12,6 +12,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from watchdog.untyped import JsonDoc
+
 SIM_START = 1_767_225_600.0  # 2026-01-01T00:00:00Z: simulated recordings start here
 
 SIM_CHUNK_TICKS = 1024  # ticks per simulated chunk: flat memory, progress within ~1 s
@@ -114,7 +116,7 @@ def _scalar_chunks(src: Any, duration: float, interval: float, chunk_ticks: int)
                 break
         if n == 0:
             return
-        data: dict[str, Any] = {"ts": np.asarray(ts, dtype=np.float64),
+        data: JsonDoc = {"ts": np.asarray(ts, dtype=np.float64),
                                 "uuid": np.asarray(uuids, dtype=object),
                                 "index": np.asarray(index, dtype=np.int64),
                                 "lost": np.asarray(lost, dtype=bool)}

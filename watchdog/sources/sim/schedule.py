@@ -30,6 +30,7 @@ import numpy as np
 from watchdog import reasons as R
 from watchdog.sources.sim import fast, noise
 from watchdog.sources.sim import job as J
+from watchdog.untyped import Array
 
 _S_SEG, _S_LEN, _S_KIND, _S_POW, _S_PREC, _S_HOLD, _S_USE, _S_CK, _S_CKL, _S_SU = range(
     40, 50)
@@ -115,11 +116,11 @@ class Schedule:
         """Start of every job after the first (s since the node's start)."""
         return [s.start_s for s in self.segments if s.kind == "job" and s.start_s > 0]
 
-    def states(self, t: np.ndarray) -> dict[str, np.ndarray]:
+    def states(self, t: Array) -> dict[str, Array]:
         """Every GPU's state at times ``t`` (s since start), as ``fast._states`` gives."""
         base = self.base
         m, n = base.model, base.n
-        parts: list[dict[str, np.ndarray]] = []
+        parts: list[dict[str, Array]] = []
         i = 0
         while i < len(t):
             seg = self.at(float(t[i]))
@@ -129,7 +130,7 @@ class Schedule:
             i = j
         return {k: np.concatenate([p[k] for p in parts]) for k in parts[0]}
 
-    def _segment(self, seg: Segment, t: np.ndarray, m: Any, n: int) -> dict[str, np.ndarray]:
+    def _segment(self, seg: Segment, t: Array, m: Any, n: int) -> dict[str, Array]:
         idle = self._idle(t, m, n, 0.005)
         if seg.kind == "job":
             st = fast._states(seg.job, t - seg.start_s)
@@ -141,7 +142,7 @@ class Schedule:
             return idle
         return self._inference(t, m, n)
 
-    def _idle(self, t: np.ndarray, m: Any, n: int, mem: float) -> dict[str, np.ndarray]:
+    def _idle(self, t: Array, m: Any, n: int, mem: float) -> dict[str, Array]:
         shape = (len(t), n)
         tk = np.floor(t * 10.0 + 1e-6).astype(np.int64)[:, None]
         u = fast.unit_at(np.array(self.base._b_pow, dtype=np.uint64), tk)
@@ -154,7 +155,7 @@ class Schedule:
                 "pcie_tx": 1.0e3 * u, "pcie_rx": 1.0e3 * u,
                 "reasons": np.full(shape, R.GPU_IDLE, dtype=np.int64)}
 
-    def _inference(self, t: np.ndarray, m: Any, n: int) -> dict[str, np.ndarray]:
+    def _inference(self, t: Array, m: Any, n: int) -> dict[str, Array]:
         """An inference server: short bursts of work (mean utilization ~20 %)."""
         st = self._idle(t, m, n, 0.7)
         tk = np.floor(t * 10.0 + 1e-6).astype(np.int64)[:, None]

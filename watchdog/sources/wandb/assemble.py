@@ -13,6 +13,7 @@ from watchdog.sources.replay.frame import Recording, build, standin_uuid
 from watchdog.sources.wandb import meta as meta_mod
 from watchdog.sources.wandb.console import ConsoleLine
 from watchdog.sources.wandb.convert import MAX_ROWS, Samples, columns, metrics_of
+from watchdog.untyped import Array
 
 
 @dataclass
@@ -72,7 +73,7 @@ def _recording(path: str, host: str, samples: Samples, gm: meta_mod.GpuMeta,
     if len(t) * len(gpus) > MAX_ROWS:
         raise InputError(f"{path}: {len(t)} readings x {len(gpus)} GPUs is over "
                          f"{MAX_ROWS} rows: not replayed")
-    per_gpu: list[dict[str, np.ndarray]] = []
+    per_gpu: list[dict[str, Array]] = []
     names: set[str] = set()
     for g in gpus:
         mine = {k: v for (gg, k), v in cols.items() if gg == g}

@@ -30,12 +30,13 @@ from watchdog.testing.fakenvml.scenarios import (
     get,
     load,
 )
+from watchdog.untyped import JsonDoc
 
 __all__ = ["FUNCTIONS", "SCENARIOS", "Blocking", "FakeNvml", "GpuSpec", "Scenario", "from_dict",
            "get", "install", "installed", "load", "uninstall"]
 
 _lock = threading.Lock()
-_saved: dict[str, Any] | None = None
+_saved: JsonDoc | None = None
 _current: FakeNvml | None = None
 
 
