@@ -22,9 +22,8 @@ from __future__ import annotations
 import hashlib
 import json
 from collections.abc import Mapping
-from typing import Any
 
-from watchdog.incident import KIND_LIST
+from watchdog.incident import KIND_LIST, Incident
 
 #: Labels that say where an incident belongs, not what it is: left out of fingerprints.
 _VOLATILE = frozenset({"job_id", "slurm_job_id"})
@@ -58,7 +57,7 @@ def group_key(host: str, job_id: str | None) -> str:
     return f"{host}/job={job_id}" if job_id else host
 
 
-def identity(inc: Any, scope: str,
+def identity(inc: Incident, scope: str,
              job: tuple[str, str | None] | None) -> tuple[str, str | None]:
     """``(fingerprint, job id)`` of incident ``inc`` whose rule has ``scope`` (``gpu`` or
     ``node``), on GPUs running ``job`` (``(job id, run id)`` or None): the job's

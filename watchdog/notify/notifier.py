@@ -15,9 +15,9 @@ from __future__ import annotations
 
 import logging
 import queue
+import sqlite3
 import time
 from collections.abc import Callable
-from typing import Any
 
 from watchdog.incident import Incident
 from watchdog.notify import outbox
@@ -105,7 +105,7 @@ class Notifier:
         limit = self.cfg.drain_timeout if seconds is None else seconds
         end = time.monotonic() + limit
 
-        def counts(c: Any) -> tuple[int, int]:
+        def counts(c: sqlite3.Connection) -> tuple[int, int]:
             left = sum(n for n, _ in st.pending_counts(c).values())
             # rows that become due before the drain time is up are waited for
             horizon = self.wall() + (end - time.monotonic()) * self.workers_speed
@@ -176,7 +176,9 @@ class Notifier:
         self._status_at = time.monotonic()
         wall = self.wall()
 
-        def read(c: Any) -> tuple[Any, ...]:
+        def read(c: sqlite3.Connection) -> tuple[
+                dict[str, tuple[int, float | None]], dict[str, tuple[float | None, str | None]],
+                dict[str, int], dict[str, int], int, dict[str, int]]:
             return (st.pending_counts(c),
                     {r[0]: r[1:] for r in c.execute(
                         "SELECT sink, failing_since, last_error FROM notify_sinks")},

@@ -189,8 +189,8 @@ class Policy:
                             (g, sink, created, last, sent))
             return dropped
 
-        for sink, k, what, refused in self.db.run(write):
-            self.dropped += k
+        for sink, n_dropped, what, refused in self.db.run(write):
+            self.dropped += n_dropped
             (log.error if refused else log.warning)(
                 "outbox for sink %s is full (%d): %s", sink, self.cfg.outbox_max, what)
         for fp in forget:

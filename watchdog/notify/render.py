@@ -28,7 +28,6 @@ from __future__ import annotations
 
 import time
 from pathlib import PurePath
-from typing import Any
 
 from watchdog import incident as records
 from watchdog.escape import line
@@ -111,7 +110,7 @@ def _num(v: float, unit: str = "") -> str:
     return f"{text}{unit}" if unit.startswith("%") else f"{text} {unit}"
 
 
-def _yes(v: Any) -> str:
+def _yes(v: object) -> str:
     return "yes" if v else "no"
 
 
@@ -186,7 +185,7 @@ def _rel_words(rel: float) -> str:
     return f"{rel:.0f}% of the way from idle to busy"
 
 
-def _real(v: Any) -> float | None:
+def _real(v: object) -> float | None:
     """A finite number, else None (NaN, None, text)."""
     if isinstance(v, bool) or not isinstance(v, int | float) or v != v:
         return None

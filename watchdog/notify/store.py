@@ -20,11 +20,10 @@ from __future__ import annotations
 import json
 import sqlite3
 from dataclasses import asdict
-from typing import Any
 
 from watchdog.notify.base import Alert, Notification
 from watchdog.store.db import migrate, transaction
-from watchdog.untyped import JsonDoc
+from watchdog.untyped import Json, JsonDoc
 
 STEPS = ["""
 CREATE TABLE notify_alerts (
@@ -86,7 +85,7 @@ def notification_from_json(text: str) -> Notification:
     return Notification(**d)
 
 
-def _plain(v: Any) -> Any:
+def _plain(v: object) -> Json:
     if hasattr(v, "item"):
         return v.item()
     if isinstance(v, set | frozenset | tuple):

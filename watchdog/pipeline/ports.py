@@ -62,6 +62,20 @@ class Reports(Protocol):
     def status(self) -> JsonDoc: ...
 
 
+class Progress(Protocol):
+    """Progress on long work (a replay's rows): the command decides how it shows."""
+
+    def update(self, rows: int) -> None: ...
+    def set_total(self, total: int) -> None: ...
+
+
+class ProgressBar(Progress, Protocol):
+    """A :class:`Progress` that is also a context manager (closed at its end)."""
+
+    def __enter__(self) -> ProgressBar: ...
+    def __exit__(self, *exc: object) -> None: ...
+
+
 class SampleRecorder(Protocol):
     """Continuous recording (:class:`watchdog.service.recorder.Recorder`): opened for the
     source's host and GPUs once they are known, then written every tick."""

@@ -31,7 +31,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING
 
 import numpy as np
 import yaml
@@ -41,7 +41,12 @@ from watchdog.errors import InputError
 from watchdog.incident import Incident
 from watchdog.records import DeviceInfo, XidEvent
 from watchdog.units import duration_in, parse_duration
-from watchdog.untyped import Array, JsonDoc
+from watchdog.untyped import Array, Json, JsonDoc
+
+if TYPE_CHECKING:
+    import pandas as pd
+
+    from watchdog.detect import RuleSet
 
 T0 = 1_700_000_000.0  # t = 0 of every test (POSIX s)
 #: The most samples one series may expand to.
@@ -163,7 +168,7 @@ def load_cases(path: str | Path) -> list[Case]:
     return cases
 
 
-def _case_lines(root: Any) -> list[int]:
+def _case_lines(root: yaml.Node | None) -> list[int]:
     if isinstance(root, yaml.MappingNode):
         for k, v in root.value:
             if k.value == "tests" and isinstance(v, yaml.SequenceNode):
@@ -171,7 +176,7 @@ def _case_lines(root: Any) -> list[int]:
     return []
 
 
-def _gpu_keys(key: Any) -> list[int]:
+def _gpu_keys(key: Json) -> list[int]:
     """The GPU indices of a ``series:`` key (``0``, ``"1-7"``, ``"0,2"``), each 0 to
     :data:`MAX_GPU`."""
     out: list[int] = []
@@ -189,7 +194,7 @@ def _gpu_keys(key: Any) -> list[int]:
     return out
 
 
-def _case(raw: Any, top: JsonDoc, file: str, line: int,
+def _case(raw: Json, top: JsonDoc, file: str, line: int,
           rule_files: list[Path] | None) -> Case:
     if not isinstance(raw, dict):
         raise InputError("a test case must be a mapping")
@@ -207,7 +212,7 @@ def _case(raw: Any, top: JsonDoc, file: str, line: int,
     given = raw.get("series") or {}
     if not isinstance(given, dict):
         raise InputError("series: a mapping of GPU -> {metric: values}")
-    ticks, gpus, names = 0, set(), set()
+    ticks, gpus, names = 0, set(), set[str]()
     for key, metrics in given.items():
         keys = _gpu_keys(key)
         if not isinstance(metrics, dict | None):
@@ -269,7 +274,7 @@ def _check_size(ticks: int, gpus: int, metrics: int) -> None:
                          "test may have")
 
 
-def build_frame(case: Case) -> Any:
+def build_frame(case: Case) -> pd.DataFrame:
     """The case's input as a replay frame (ts, uuid, index, lost, metrics): one row per
     tick and GPU, sorted by time then GPU index, built column by column (a tick-major
     grid of the series, no per-GPU frames to join and sort)."""
@@ -304,7 +309,7 @@ def build_frame(case: Case) -> Any:
     return pd.DataFrame(cols)
 
 
-def run_case(case: Case, rules: Any = None) -> list[str]:
+def run_case(case: Case, rules: RuleSet | None = None) -> list[str]:
     """Run one case; returns failure lines (empty = pass)."""
     from watchdog.detect import load_rules
     from watchdog.pipeline.core import build_detector, feed_blocks
@@ -336,7 +341,7 @@ def run_case(case: Case, rules: Any = None) -> list[str]:
     return failures
 
 
-def _bounds(spec: Any) -> tuple[float, float]:
+def _bounds(spec: Json) -> tuple[float, float]:
     text = str(spec)
     if ".." in text:
         lo, hi = text.split("..", 1)
@@ -345,7 +350,7 @@ def _bounds(spec: Any) -> tuple[float, float]:
     return v, v
 
 
-def _within(spec: Any, t: float | None) -> bool:
+def _within(spec: Json, t: float | None) -> bool:
     if t is None:
         return False
     lo, hi = _bounds(spec)
@@ -385,7 +390,7 @@ def run_files(paths: list[str | Path]) -> tuple[int, int, list[str]]:
 
     passed = failed = 0
     lines: list[str] = []
-    cache: dict[tuple[str, ...] | None, Any] = {}
+    cache: dict[tuple[str, ...] | None, RuleSet] = {}
     for p in paths:
         for case in load_cases(p):
             key = None if case.rule_files is None else tuple(map(str, case.rule_files))

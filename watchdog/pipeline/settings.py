@@ -9,8 +9,9 @@ interval (the anomaly model once did: its windows kept the old step after a relo
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from typing import Any
+from collections.abc import Callable, Sequence
+
+from watchdog.detect import Rule
 
 Listener = Callable[["Settings", frozenset[str]], None]
 
@@ -19,7 +20,7 @@ class Settings:
     """``interval``: sampling period in seconds of the agent's clock; ``rules``: the
     :class:`~watchdog.detect.loader.RuleSet` in force."""
 
-    def __init__(self, interval: float, rules: Any = None) -> None:
+    def __init__(self, interval: float, rules: Sequence[Rule] = ()) -> None:
         self.interval = interval
         self.rules = rules
         self._listeners: list[Listener] = []
@@ -29,7 +30,8 @@ class Settings:
         changed something."""
         self._listeners.append(listener)
 
-    def update(self, *, interval: float | None = None, rules: Any = None) -> frozenset[str]:
+    def update(self, *, interval: float | None = None,
+               rules: Sequence[Rule] | None = None) -> frozenset[str]:
         """Apply new values; returns the names that changed (after telling everyone)."""
         changed = set()
         if interval is not None and interval != self.interval:
@@ -47,7 +49,7 @@ class Settings:
     def rule_info(self, name: str) -> tuple[str, str | None]:
         """``(scope, runbook)`` of the rule ``name`` in force (``("node", None)`` for a
         name no rule has: the agent's own incidents)."""
-        for r in self.rules or ():
+        for r in self.rules:
             if r.name == name:
                 return r.scope, getattr(r, "runbook", None)
         return "node", None

@@ -5,9 +5,14 @@ seconds of the agent's clock)."""
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Protocol
 
-from watchdog.pipeline.ports import Reports
+from watchdog.clock import Clock
+from watchdog.detect import Detector
+from watchdog.pipeline.own import OwnIncidents
+from watchdog.pipeline.ports import Alerting, AnomalyHook, Reports
+from watchdog.sources.base import LiveSource
+from watchdog.store.agent import AgentStore
 from watchdog.untyped import JsonDoc
 
 
@@ -33,7 +38,29 @@ class TickStats:
     errors_by_gpu: dict[str, int] = field(default_factory=dict)
 
 
-def status_doc(p: Any) -> JsonDoc:
+class PipelineView(Protocol):
+    """What the status document reads of a live pipeline
+    (:class:`watchdog.pipeline.live.LivePipeline`, which imports this module)."""
+
+    stats: TickStats
+    source: LiveSource | None
+    detector: Detector | None
+    own: OwnIncidents
+    host: str | None
+    spec: str
+    source_error: str | None
+    started_at: float
+    clock: Clock
+    extra_status: JsonDoc
+    store: AgentStore | None
+    anomaly: AnomalyHook | None
+    alerting: Alerting | None
+
+    @property
+    def interval(self) -> float: ...
+
+
+def status_doc(p: PipelineView) -> JsonDoc:
     """The status document of a live pipeline ``p`` (JSON-ready)."""
     from watchdog import __version__
 

@@ -12,7 +12,7 @@ from __future__ import annotations
 import logging
 import socket
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -253,7 +253,7 @@ class Agent:
         self.cfg = new
         return "; ".join([f"{self.cfg.path}: {len(rules)} rules", *notes])
 
-    def _apply(self, interval: float | None, rules: list[Rule]) -> frozenset[str]:
+    def _apply(self, interval: float | None, rules: Sequence[Rule]) -> frozenset[str]:
         """Put ``interval`` and ``rules`` in force; on any failure the running ones are put
         back (and the failure raised for the reload to report)."""
         old_interval, old_rules = self.settings.interval, self.settings.rules
@@ -267,7 +267,7 @@ class Agent:
         return changed
 
 
-def within_retention(rules: list[Rule], retention_s: float | None) -> None:
+def within_retention(rules: Sequence[Rule], retention_s: float | None) -> None:
     """Refuse a rule that waits longer than the state database keeps anything (the
     config's ``retention:``): its pending state would outlive what it is about. The rule
     language caps every wait at 7 days already (``docs/rules.md``, Limits)."""

@@ -25,7 +25,7 @@ import signal
 import threading
 import time
 from collections.abc import Callable
-from typing import Any
+from types import FrameType
 
 from watchdog.clock import elapsed
 from watchdog.pipeline.live import LivePipeline
@@ -134,11 +134,11 @@ class Daemon:
         signal.signal(signal.SIGINT, self._on_stop)
         signal.signal(signal.SIGHUP, self._on_hup)
 
-    def _on_hup(self, _signum: int, _frame: Any) -> None:
+    def _on_hup(self, _signum: int, _frame: FrameType | None) -> None:
         self._hup.set()
         self._wake.set()
 
-    def _on_stop(self, signum: int, _frame: Any) -> None:
+    def _on_stop(self, signum: int, _frame: FrameType | None) -> None:
         log.info("%s: stopping", signal.Signals(signum).name)
         self.stop()
 

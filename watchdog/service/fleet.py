@@ -24,7 +24,7 @@ import logging
 import threading
 import time
 import urllib.parse
-from typing import Any
+from collections.abc import Callable
 
 from watchdog.incident import KIND
 
@@ -56,7 +56,7 @@ class FleetView:
     kept fresh by a thread that asks Prometheus at ``url``."""
 
     def __init__(self, url: str, node: str, *, timeout: float = 5.0,
-                 wall: Any = time.monotonic) -> None:
+                 wall: Callable[[], float] = time.monotonic) -> None:
         self.url = url.rstrip("/")
         self.node = node
         self.timeout = timeout

@@ -33,11 +33,11 @@ import stat
 import threading
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any
 
 from watchdog.errors import InputError
 from watchdog.pipeline.ports import SampleRecorder
-from watchdog.untyped import JsonDoc
+from watchdog.records import DeviceInfo, ProcessInfo, Sample
+from watchdog.untyped import Json, JsonDoc
 
 HOLD_S = 1800.0  # a GPU keeps its last job this long after its processes left
 MAX_NOTES = 8  # dropped environment values shown by `watchdog status` at a time
@@ -91,7 +91,7 @@ def valid_id(value: str) -> bool:
     return 0 < len(value) <= MAX_ID and _ID_RE.match(value) is not None
 
 
-def parse_config(value: Any, at: str) -> JobConfig | None:
+def parse_config(value: Json, at: str) -> JobConfig | None:
     """The config's ``job:`` mapping; every problem is one InputError at ``at``."""
     if value is None:
         return None
@@ -109,6 +109,7 @@ def parse_config(value: Any, at: str) -> JobConfig | None:
         raise InputError(f"{at}: job: give exactly one of id, id_env, id_file (and/or "
                          "prometheus)")
     if not given:
+        assert url is not None
         return JobConfig(prometheus=url.rstrip("/"))
     key = given[0]
     raw = value[key]
@@ -125,17 +126,17 @@ def parse_config(value: Any, at: str) -> JobConfig | None:
     return JobConfig(**{key: text}, prometheus=url.rstrip("/") if url else None)
 
 
-def from_processes(procs: Sequence[Any] | None) -> Job | None:
+def from_processes(procs: Sequence[ProcessInfo] | None) -> Job | None:
     """The job of a GPU's processes: the first a scheduler vouches for (a Slurm cgroup, a
     pod), else the first a process's environment names (not trusted), else None."""
     claimed = None
     for p in procs or ():
         if p.job_id:
-            if getattr(p, "job_from", None) != "environ":
+            if p.job_from != "environ":
                 return Job(str(p.job_id), "slurm", run=p.job_run)
             if claimed is None:
                 claimed = Job(str(p.job_id), "slurm", run=p.job_run, trusted=False)
-        elif getattr(p, "pod_uid", None):
+        elif p.pod_uid:
             return Job(p.pod_uid, "kubernetes", namespace=p.pod_namespace, pod=p.pod_name)
     return claimed
 
@@ -164,7 +165,7 @@ class JobTracker:
                 self.problem = f"job.id_env {config.id_env}: {value[:40]!r} is not a job id"
 
     # --- the tick thread ---------------------------------------------------------------------
-    def observe(self, now: float, samples: Sequence[Any]) -> None:
+    def observe(self, now: float, samples: Sequence[Sample]) -> None:
         """Take one tick's samples (called every tick: cheap)."""
         if self.config is not None and self.config.id_file is not None and \
                 now - self._file_at >= FILE_EVERY_S:
@@ -272,11 +273,11 @@ class SampleTee:
         self.status_to = status_to  # the pipeline's extra status: "job"
         self._shown: object = None
 
-    def open(self, host: str, devices: list[Any]) -> None:
+    def open(self, host: str, devices: list[DeviceInfo]) -> None:
         if self.recorder is not None:
             self.recorder.open(host, devices)
 
-    def write(self, now: float, samples: list[Any]) -> None:
+    def write(self, now: float, samples: list[Sample]) -> None:
         self.tracker.observe(now, samples)
         if self.status_to is not None:
             shown = (self.tracker.jobs(), self.tracker.problem, self.tracker.notes)

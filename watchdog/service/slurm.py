@@ -41,14 +41,26 @@ import logging
 import socket
 import threading
 from collections import deque
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING
 
 from watchdog.cluster import DRAIN_KINDS, NEVER_DRAIN
 from watchdog.errors import InputError
-from watchdog.service.scontrol import PREFIX, Scontrol, ScontrolError, is_ours, reason_text
-from watchdog.untyped import JsonDoc
+from watchdog.incident import Incident
+from watchdog.service.scontrol import (
+    PREFIX,
+    NodeState,
+    Scontrol,
+    ScontrolError,
+    is_ours,
+    reason_text,
+)
+from watchdog.store.store import Store
+
+if TYPE_CHECKING:
+    from prometheus_client.metrics_core import Metric
+from watchdog.untyped import Json, JsonDoc
 
 log = logging.getLogger("watchdog.slurm")
 POLL_S = 5.0  # real seconds between looks at the node while there is something to watch
@@ -70,7 +82,7 @@ class SlurmConfig:
     timeout_s: float = 10.0
 
 
-def parse_config(value: Any, at: str) -> SlurmConfig | None:
+def parse_config(value: Json, at: str) -> SlurmConfig | None:
     """The ``slurm:`` mapping; each problem is one InputError naming ``at``."""
     from watchdog.incident import KINDS
     from watchdog.units import duration_in
@@ -114,7 +126,7 @@ def parse_config(value: Any, at: str) -> SlurmConfig | None:
     return SlurmConfig(**out)
 
 
-def identity(inc: Any) -> str:
+def identity(inc: Incident) -> str:
     """What names an incident across ticks and restarts: its rule and its GPUs."""
     return f"{inc.rule}/{','.join(sorted(inc.uuids)) or 'node'}"
 
@@ -128,8 +140,9 @@ class SlurmActor:
     status, where the actor keeps its part of ``watchdog status`` ("slurm")."""
 
     def __init__(self, cfg: SlurmConfig, *, now: Callable[[], float],
-                 judging: Callable[[], bool], annotate: Callable[[Any, str], None] | None = None,
-                 db: Any = None, node: str | None = None,
+                 judging: Callable[[], bool],
+                 annotate: Callable[[Incident, str], None] | None = None,
+                 db: Store | None = None, node: str | None = None,
                  status_to: JsonDoc | None = None) -> None:
         self.cfg = cfg
         self.node = node or cfg.node or socket.gethostname().split(".")[0]
@@ -156,7 +169,7 @@ class SlurmActor:
         self._load()
 
     # --- the tick thread: transitions only -----------------------------------------------
-    def __call__(self, what: str, inc: Any) -> None:
+    def __call__(self, what: str, inc: Incident) -> None:
         """A notifier: ``(transition, incident)`` from the pipeline (cheap, no I/O)."""
         if inc.kind not in self.cfg.drain or inc.kind in NEVER_DRAIN or \
                 inc.severity != "critical":
@@ -215,7 +228,7 @@ class SlurmActor:
             self._watch(now, holding, clean_since)
         self._publish(now, judging)
 
-    def _state(self) -> Any:
+    def _state(self) -> NodeState | None:
         try:
             st = self.scontrol.show()
         except ScontrolError as e:
@@ -337,7 +350,7 @@ class SlurmActor:
         if self.status_to is not None:
             self.status_to["slurm"] = doc
 
-    def collect(self) -> Any:
+    def collect(self) -> Iterator[Metric]:
         """Prometheus metrics (a prometheus_client collector)."""
         from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 

@@ -9,9 +9,9 @@ a new sink type is its module plus one entry here.
 from __future__ import annotations
 
 import importlib
-from typing import Any
 
 from watchdog.errors import InputError
+from watchdog.notify.base import Sink
 from watchdog.untyped import JsonDoc
 
 #: sink type (the config's ``type:``) -> its module in this package
@@ -19,7 +19,7 @@ TYPES: dict[str, str] = {"slack": "slack", "pagerduty": "pagerduty",
                          "alertmanager": "alertmanager", "webhook": "webhook", "log": "logsink"}
 
 
-def build_sink(name: str, type_: str, options: JsonDoc, where: str) -> Any:
+def build_sink(name: str, type_: str, options: JsonDoc, where: str) -> Sink:
     """The sink ``name`` of ``type_``; bad options raise InputError naming ``where``."""
     if type_ not in TYPES:
         raise InputError(f"{where}: unknown sink type {type_!r} (one of: {', '.join(TYPES)})")

@@ -16,16 +16,18 @@ import re
 import ssl
 import time
 import urllib.parse
+from collections.abc import Mapping
 from email.utils import parsedate_to_datetime
+from http.client import HTTPMessage
 from pathlib import Path
-from typing import Any
+from typing import overload
 
 from watchdog.errors import InputError
 from watchdog.logs import redact, register_secret
 from watchdog.notify import http
 from watchdog.notify.base import Accepted, Failed, Result, Retry
 from watchdog.notify.http import HttpFailure, redirect_message
-from watchdog.untyped import JsonDoc
+from watchdog.untyped import Json, JsonDoc
 
 
 def secret(options: JsonDoc, key: str, where: str, *, required: bool = True) -> str | None:
@@ -84,6 +86,10 @@ def keep_secret(value: str) -> None:
         register_secret(parts.path + (f"?{parts.query}" if parts.query else ""))
 
 
+@overload
+def positive(options: JsonDoc, key: str, default: float, where: str) -> float: ...
+@overload
+def positive(options: JsonDoc, key: str, default: None, where: str) -> float | None: ...
 def positive(options: JsonDoc, key: str, default: float | None,
              where: str) -> float | None:
     """A positive number option (``timeout: 10``, seconds), or a one-line InputError."""
@@ -152,7 +158,7 @@ def ca_context(options: JsonDoc, where: str) -> ssl.SSLContext | None:
 
 
 def failure_result(e: HttpFailure, what: str = "",
-                   memory: JsonDoc | None = None) -> Result:
+                   memory: JsonDoc | None = None) -> Retry | Failed:
     """A request that got no usable reply: worth retrying (DNS, refused, TLS, deadline,
     reset, a reply too large), except a redirect (never followed) and a URL that cannot
     work as written: those are undeliverable until the config changes."""
@@ -162,7 +168,8 @@ def failure_result(e: HttpFailure, what: str = "",
     return Retry(text, None, memory or {})
 
 
-def by_status(status: int, body: str, headers: Any, memory: JsonDoc | None = None,
+def by_status(status: int, body: str, headers: HTTPMessage | Mapping[str, str] | None,
+              memory: JsonDoc | None = None,
               what: str = "", url: str = "") -> Result:
     """2xx Accepted; 3xx Failed (redirects are never followed: the message names the
     Location's host only); 429 / 5xx / 408 / 425 Retry (honouring Retry-After); other 4xx
@@ -179,7 +186,7 @@ def by_status(status: int, body: str, headers: Any, memory: JsonDoc | None = Non
     return Failed(text, mem)
 
 
-def post_json(url: str, payload: Any, headers: dict[str, str], timeout: float,
+def post_json(url: str, payload: Json, headers: dict[str, str], timeout: float,
               memory: JsonDoc | None = None,
               ssl_context: ssl.SSLContext | None = None) -> Result:
     """POST ``payload`` through the guarded request (``timeout``: its one deadline); the

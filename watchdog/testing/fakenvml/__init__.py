@@ -18,8 +18,8 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Callable
-from typing import Any
 
+from watchdog.testing.fakenvml.ctypesfill import CArg
 from watchdog.testing.fakenvml.library import FUNCTIONS, FakeNvml
 from watchdog.testing.fakenvml.scenarios import (
     SCENARIOS,
@@ -40,7 +40,7 @@ _saved: JsonDoc | None = None
 _current: FakeNvml | None = None
 
 
-def _no_library(*_args: Any, **_kwargs: Any) -> Any:
+def _no_library(*_args: CArg, **_kwargs: CArg) -> CArg:
     raise OSError("libnvidia-ml.so.1: cannot open shared object file: No such file or directory")
 
 

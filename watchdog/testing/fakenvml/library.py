@@ -22,9 +22,9 @@ from __future__ import annotations
 import threading
 from collections import Counter
 from collections.abc import Callable
-from typing import Any
 
 from watchdog.testing.fakenvml import ctypesfill as cf
+from watchdog.testing.fakenvml.ctypesfill import CArg, CEntry
 from watchdog.testing.fakenvml.device import DeviceFns
 from watchdog.testing.fakenvml.events import EventFns
 from watchdog.testing.fakenvml.scenarios import GpuSpec, Scenario
@@ -68,7 +68,7 @@ class _Impl(DeviceFns, EventFns):
         """Scenario time: seconds since the fake was installed, on the injected clock."""
         return self.time_fn() - self.t0
 
-    def device(self, handle: Any) -> tuple[int, GpuSpec]:
+    def device(self, handle: CArg) -> tuple[int, GpuSpec]:
         addr = cf.pointer_value(handle)
         idx = (addr or 0) - cf.HANDLE_BASE
         if addr is None or not 0 <= idx < len(self.scenario.gpus):
@@ -81,7 +81,7 @@ class _Impl(DeviceFns, EventFns):
             return self.next_id
 
     # --- library lifetime ---------------------------------------------------------------
-    def nvmlInitWithFlags(self, flags: Any) -> int:
+    def nvmlInitWithFlags(self, flags: CArg) -> int:
         if self.scenario.init_error is not None:
             return self.scenario.init_error
         with self.lock:
@@ -96,36 +96,36 @@ class _Impl(DeviceFns, EventFns):
             self.initialized -= 1
         return SUCCESS
 
-    def nvmlErrorString(self, result: Any) -> bytes:
+    def nvmlErrorString(self, result: CArg) -> bytes:
         # The binding sets ``restype = c_char_p`` and receives bytes: so do we.
         return f"Fake NVML error {cf.as_int(result)}".encode()
 
     # --- system ---------------------------------------------------------------------------
-    def nvmlSystemGetDriverVersion(self, buf: Any, size: Any) -> int:
+    def nvmlSystemGetDriverVersion(self, buf: CArg, size: CArg) -> int:
         return SUCCESS if cf.write_string(buf, size, self.scenario.driver_version) else 7
 
-    def nvmlSystemGetNVMLVersion(self, buf: Any, size: Any) -> int:
+    def nvmlSystemGetNVMLVersion(self, buf: CArg, size: CArg) -> int:
         nvml = "12." + self.scenario.driver_version
         return SUCCESS if cf.write_string(buf, size, nvml) else 7
 
-    def nvmlSystemGetCudaDriverVersion(self, out: Any) -> int:
+    def nvmlSystemGetCudaDriverVersion(self, out: CArg) -> int:
         cf.set_value(out, self.scenario.cuda_version)
         return SUCCESS
 
-    def nvmlSystemGetCudaDriverVersion_v2(self, out: Any) -> int:
+    def nvmlSystemGetCudaDriverVersion_v2(self, out: CArg) -> int:
         return self.nvmlSystemGetCudaDriverVersion(out)
 
-    def nvmlSystemGetProcessName(self, pid: Any, buf: Any, size: Any) -> int:
+    def nvmlSystemGetProcessName(self, pid: CArg, buf: CArg, size: CArg) -> int:
         for g in self.scenario.gpus:
             if any(p == cf.as_int(pid) for p, _ in g.processes):
                 return SUCCESS if cf.write_string(buf, size, "python") else 7
         return 6  # NVML_ERROR_NOT_FOUND
 
-    def nvmlDeviceGetCount_v2(self, out: Any) -> int:
+    def nvmlDeviceGetCount_v2(self, out: CArg) -> int:
         cf.set_value(out, len(self.scenario.gpus))
         return SUCCESS
 
-    def nvmlDeviceGetHandleByIndex_v2(self, index: Any, out: Any) -> int:
+    def nvmlDeviceGetHandleByIndex_v2(self, index: CArg, out: CArg) -> int:
         i = cf.as_int(index)
         if not 0 <= i < len(self.scenario.gpus):
             return INVALID_ARGUMENT
@@ -144,14 +144,14 @@ class _CFunction:
     """What ``getattr(nvmlLib, name)`` returns: callable, and attributes such as
     ``restype`` can be set on it as on a ctypes function pointer."""
 
-    def __init__(self, lib: FakeNvml, name: str, impl: Callable[..., Any]) -> None:
+    def __init__(self, lib: FakeNvml, name: str, impl: CEntry) -> None:
         self._lib = lib
         self._name = name
         self._impl = impl
-        self.restype: Any = None
-        self.argtypes: Any = None
+        self.restype: CArg = None
+        self.argtypes: CArg = None
 
-    def __call__(self, *args: Any) -> Any:
+    def __call__(self, *args: CArg) -> CArg:
         return self._lib._dispatch(self._name, self._impl, args)
 
 
@@ -163,6 +163,8 @@ class FakeNvml:
     (set while a scripted blocking call is waiting), ``release()`` (let it return) and
     ``functions()``. Every other public attribute is a C entry point.
     """
+
+    _impl: _Impl  # set once, past __setattr__
 
     def __init__(self, scenario: Scenario, time_fn: Callable[[], float]) -> None:
         impl = _Impl(scenario, time_fn)
@@ -194,7 +196,7 @@ class FakeNvml:
         """Let a scripted blocking call (and any later one) return."""
         self._release.set()
 
-    def _dispatch(self, name: str, impl: Callable[..., Any], args: tuple[Any, ...]) -> Any:
+    def _dispatch(self, name: str, impl: CEntry, args: tuple[CArg, ...]) -> CArg:
         with self._calls_lock:
             self.calls[name] += 1
         st = self._impl
