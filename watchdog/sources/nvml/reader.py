@@ -19,12 +19,12 @@ running processes (and whether one serves), and GPM (:mod:`.gpm`).
 from __future__ import annotations
 
 from dataclasses import replace
-from typing import Any
 
 from watchdog import catalogue
 from watchdog.catalogue import Call, Field
 from watchdog.records import ProcessInfo
 from watchdog.serving import serving_value
+from watchdog.sources.nvml.binding import NvmlObject
 from watchdog.sources.nvml.deadline import Lane
 from watchdog.sources.nvml.errors import (
     FUNCTION_NOT_FOUND,
@@ -85,7 +85,7 @@ class DeviceReader:
     """All reads of GPU ``index``; every method runs on ``runs_on``'s thread (``lane``, the
     GPU's own, or a sweep's)."""
 
-    def __init__(self, nv: Any, index: int, handle: Any, lane: Lane, once: OnceLog,
+    def __init__(self, nv: NvmlObject, index: int, handle: NvmlObject, lane: Lane, once: OnceLog,
                  proc_root: str = "/proc") -> None:
         self.nv = nv
         self.index = index
@@ -107,7 +107,7 @@ class DeviceReader:
         self.slow_values: dict[str, float | None] = {}  # the slow group's last reading
         self.last_procs: tuple[ProcessInfo, ...] | None = None  # the last listing
 
-    def call(self, field: str, name: str, *args: Any, **kwargs: Any) -> Any:
+    def call(self, field: str, name: str, *args: object, **kwargs: object) -> NvmlObject:
         """``pynvml.<name>(handle, *args)``; None when missing; raises GpuLost."""
         if field in self.skip:
             return None
@@ -117,8 +117,8 @@ class DeviceReader:
         except self.nv.NVMLError as e:
             return self.classify(field, name, e)
 
-    def call_or_older(self, field: str, name: str, older: str, *args: Any,
-                      **kwargs: Any) -> Any:
+    def call_or_older(self, field: str, name: str, older: str, *args: object,
+                      **kwargs: object) -> NvmlObject:
         """``call(name)``, or ``call(older)`` when the driver lacks ``name`` (or, for the
         versioned APIs, does not support it): old drivers keep the old entry points."""
         if field in self.skip:
