@@ -161,8 +161,8 @@ def convert_column(col: pd.Series, *, metric: str, unit: str, problems: Problems
         if lost_codes:
             problems.mark_lost(np.isin(codes, lost_codes), n)
         for code, text in err_codes.items():
-            for row in np.flatnonzero(codes == code):
-                problems.errors.setdefault(int(row), []).append(f"{metric}: {text}")
+            for at in np.flatnonzero(codes == code):
+                problems.errors.setdefault(int(at), []).append(f"{metric}: {text}")
     lo_hi = RANGES.get(unit)
     if lo_hi is not None:
         with np.errstate(invalid="ignore"):
@@ -193,6 +193,7 @@ def parse_timestamps(col: pd.Series, *, tz: str | None,
     if secs is None:  # leading spaces, odd types: strip every text, then the slow path
         texts = pd.Index([str(u).strip() for u in uniques], dtype=object)
         secs = _utc_seconds(texts, tz)
+    assert secs is not None  # the slow path reads every text (NaN where not a time)
     table = np.append(secs, np.nan)
     out = table[codes]
     bad = np.isnan(out) | (out < _T_MIN) | (out > _T_MAX)

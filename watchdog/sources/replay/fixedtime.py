@@ -62,7 +62,7 @@ def times(data: bytes, width: int, rows: int) -> Array | None:
     if not bool((d <= 9).all()):
         return None
 
-    def num(cols: slice) -> Array:
+    def num(cols):  # the digits in columns cols, as int64
         out = np.zeros(len(d), dtype=np.int64)
         for j in range(cols.start, cols.stop):
             out *= 10

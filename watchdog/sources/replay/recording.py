@@ -18,9 +18,10 @@ from __future__ import annotations
 import dataclasses
 import json
 import math
+import mmap
 import struct
 import zlib
-from typing import Any
+from typing import TYPE_CHECKING, TypeVar
 
 import numpy as np
 import pandas as pd
@@ -30,7 +31,14 @@ from watchdog.records import DeviceInfo, ProcessInfo, XidEvent
 from watchdog.sources.replay.convert import MAX_GPU_INDEX
 from watchdog.sources.replay.frame import Key, Recording
 from watchdog.sources.replay.sniff import MAGIC
-from watchdog.untyped import Array, JsonDoc
+from watchdog.untyped import Array, Json, JsonDoc
+
+if TYPE_CHECKING:
+    from _typeshed import DataclassInstance
+
+    from watchdog.npzsafe import Archive
+
+D = TypeVar("D", bound="DataclassInstance")
 
 FORMAT = "nvml-watchdog-recording"
 VERSION = 1
@@ -59,7 +67,8 @@ _CHUNK_FIXED = {"ts": "f", "index": "iu", "uuid_code": "iu", "uuids": "U", "lost
                 "meta": "u"}
 
 
-def _records(path: str, data: Any, warnings: list[str]) -> list[tuple[bytes, bytes]]:
+def _records(path: str, data: bytes | mmap.mmap, warnings: list[str]
+             ) -> list[tuple[bytes, bytes]]:
     """``(kind, payload)`` of each record of ``data`` (bytes or a memory map), checked
     against its length and CRC; a damaged tail is dropped with a warning."""
     out = []
@@ -93,7 +102,7 @@ def _records(path: str, data: Any, warnings: list[str]) -> list[tuple[bytes, byt
     return out
 
 
-def read(path: str, data: Any, *, host: str | None) -> Recording:
+def read(path: str, data: bytes | mmap.mmap, *, host: str | None) -> Recording:
     """Load a ``.wdrec`` file (its bytes, or a memory map of them) into a
     :class:`Recording`. Every structure is checked before it is used (JSON types, array
     names, dtypes, shapes, column lengths, index ranges) and every chunk's declared size
@@ -123,7 +132,7 @@ def read(path: str, data: Any, *, host: str | None) -> Recording:
     declared = 0
     try:
         # first every chunk's declared arrays (nothing decompressed beyond the headers)…
-        steps: list[tuple[bytes, Any]] = []
+        steps: list[tuple[bytes, list[DeviceInfo] | int]] = []  # an inventory, a chunk
         for kind, payload in records[1:]:
             if kind == b"D":
                 steps.append((kind, _devices(_json(payload, path, "inventory"), path,
@@ -139,8 +148,8 @@ def read(path: str, data: Any, *, host: str | None) -> Recording:
         # …then the arrays, each within its declared size
         parts: list[dict[str, Array]] = []
         metas: list[JsonDoc] = []
-        for kind, item in steps:
-            if kind == b"D":
+        for _kind, item in steps:
+            if isinstance(item, list):  # a D record: the inventory from here on
                 devices = item
             else:
                 z, where = chunks[item]
@@ -156,7 +165,7 @@ def read(path: str, data: Any, *, host: str | None) -> Recording:
     return _assemble(path, host or rec_host or "replay", parts, metas, devices, warnings)
 
 
-def _json(payload: bytes, path: str, what: str) -> Any:
+def _json(payload: bytes, path: str, what: str) -> Json:
     try:
         return json.loads(payload)
     except (ValueError, RecursionError):
@@ -168,13 +177,13 @@ _TYPES: dict[str, tuple[type, ...]] = {"int": (int,), "float": (int, float), "st
 MAX_TEXT = 4096  # characters of any string in a recording's JSON
 
 
-def _typed(cls: Any, d: Any, where: str) -> Any:
+def _typed(cls: type[D], d: Json, where: str) -> D:
     """``cls(**d)`` for a dataclass of plain fields, each value checked against its
     annotation (``int``, ``float | None``…) first: a wrong type is an InputError."""
     if not isinstance(d, dict):
         raise InputError(f"{where}: expected an object, got {type(d).__name__}")
-    fields = cls.__dataclass_fields__
-    out = {}
+    fields = {f.name: f for f in dataclasses.fields(cls)}
+    out: JsonDoc = {}
     for name, f in fields.items():
         if name not in d:
             if f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING:
@@ -198,7 +207,7 @@ def _typed(cls: Any, d: Any, where: str) -> Any:
     return cls(**out)
 
 
-def _devices(items: Any, path: str, what: str) -> list[DeviceInfo]:
+def _devices(items: Json, path: str, what: str) -> list[DeviceInfo]:
     if not isinstance(items, list) or len(items) > MAX_GPUS:
         raise InputError(f"{path}: recording {what}: devices must be a list of at most "
                          f"{MAX_GPUS} GPUs")
@@ -208,7 +217,7 @@ def _devices(items: Any, path: str, what: str) -> list[DeviceInfo]:
     return out
 
 
-def _check_chunk(z: Any, where: str) -> None:
+def _check_chunk(z: Archive, where: str) -> None:
     """Names, dtypes and shapes of a chunk's arrays, from their headers alone."""
     m = z.members
     missing = [k for k in _CHUNK_FIXED if k not in m]
@@ -271,7 +280,7 @@ def _meta(raw: Array, n: int, where: str) -> JsonDoc:
         items = meta.get(key, [])
         if not isinstance(items, list):
             raise InputError(f"{where}: meta.{key} is not a list")
-        checked = []
+        checked: list[tuple[int, object]] = []  # (row, its texts, processes or XID)
         for item in items:
             if (not isinstance(item, list) or len(item) != 2 or isinstance(item[0], bool)
                     or not isinstance(item[0], int) or not 0 <= item[0] < n):
@@ -324,7 +333,7 @@ def _assemble(path: str, host: str, parts: list[dict[str, Array]],
         for r, x in meta.get("xids", []):
             sample_xids.setdefault((ts_l[r], str(uu[r])), []).append(x)
 
-    def cat(xs: list[Array], dtype: Any) -> Array:
+    def cat(xs, dtype):  # arrays of one column, its dtype
         return np.concatenate(xs).astype(dtype, copy=False) if xs else np.zeros(0, dtype)
 
     ts = cat(cols["ts"], np.float64)

@@ -25,8 +25,8 @@ Rounding: Python's ``round(x, n)`` rounds the exact binary value; numpy's scales
 from __future__ import annotations
 
 import math
-from collections.abc import Iterator
-from typing import Any
+from collections.abc import Callable, Iterator
+from typing import TYPE_CHECKING
 
 import numpy as np
 
@@ -38,11 +38,23 @@ from watchdog.sources.sim import noise
 from watchdog.sources.sim.node import DT, ECC_BUCKET_S
 from watchdog.untyped import Array, JsonDoc
 
+if TYPE_CHECKING:
+    import pandas as pd
+
+    from watchdog.records import XidEvent
+    from watchdog.sources.sim.node import SimNode
+    from watchdog.sources.sim.source import SimSource
+
+#: the GPUs' states at times t (s since start), as :func:`_states` gives them
+States = Callable[[Array], dict[str, Array]]
+#: one chunk of a simulation: its frame and the XID events in it
+Chunk = tuple["pd.DataFrame", list["XidEvent"]]
+
 _U64 = np.uint64
 _C1, _C2, _C3 = _U64(0x9E3779B97F4A7C15), _U64(0xBF58476D1CE4E5B9), _U64(0x94D049BB133111EB)
 
 
-def supports(src: Any, interval: float) -> bool:
+def supports(src: SimSource, interval: float) -> bool:
     """Whether :func:`chunks` reproduces ``src.run(…, interval)``: a faultless node
     read once per grid step, from its start or right after its last reading."""
     return not src.faults and interval == DT and src.node.k == 0 and src._last is None
@@ -51,7 +63,7 @@ def supports(src: Any, interval: float) -> bool:
 def unit_at(base: Array, tk: Array) -> Array:
     """:func:`noise.unit_at` over arrays: ``base`` (G,) uint64 keys, ``tk`` (K, 1) ticks."""
     with np.errstate(over="ignore"):
-        x = base[None, :] ^ tk.astype(_U64)
+        x: Array = base[None, :] ^ tk.astype(_U64)
         x = x + _C1
         x = (x ^ (x >> _U64(30))) * _C2
         x = (x ^ (x >> _U64(27))) * _C3
@@ -73,7 +85,7 @@ class _Phases:
     """The job's schedule over a block of times ``t`` (s since start), vectorised
     :meth:`TrainingJob.phase` (startup, checkpoint, high-power block, micro-dip)."""
 
-    def __init__(self, job: Any, t: Array) -> None:
+    def __init__(self, job: J.TrainingJob, t: Array) -> None:
         kind = np.full(len(t), J.TRAIN, dtype=np.int64)
         k = np.floor_divide(t - job.startup_s, job.ckpt_every_s).astype(np.int64)
         in_ckpt = np.zeros(len(t), dtype=bool)
@@ -97,7 +109,7 @@ class _Phases:
         self.dip = dip & train
 
 
-def _states(job: Any, t: Array) -> dict[str, Array]:
+def _states(job: J.TrainingJob, t: Array) -> dict[str, Array]:
     """Every GPU's healthy state at times ``t`` after the physical bounds: ``(K, G)``
     arrays named as :class:`~watchdog.sources.sim.job.GpuState`'s fields."""
     m, n = job.model, job.n
@@ -116,11 +128,12 @@ def _states(job: Any, t: Array) -> dict[str, Array]:
     kind = ph.kind[:, None]
     shape = (K, n)
     z = np.zeros(shape)
-    st = {f: z.copy() for f in ("util", "mem_util", "power", "sm_mhz", "mem_used", "sm_act",
-                                "sm_occ", "tensor", "dram", "pcie_tx", "pcie_rx")}
+    st: dict[str, Array] = {
+        f: z.copy() for f in ("util", "mem_util", "power", "sm_mhz", "mem_used", "sm_act",
+                              "sm_occ", "tensor", "dram", "pcie_tx", "pcie_rx")}
     reasons = np.zeros(shape, dtype=np.int64)
 
-    def put(mask: Array, **vals: Any) -> None:
+    def put(mask, **vals):  # numpy arrays or floats: left to numpy's broadcasting
         for f, v in vals.items():
             st[f] = np.where(mask, v, st[f])
 
@@ -181,7 +194,7 @@ def _states(job: Any, t: Array) -> dict[str, Array]:
     return st
 
 
-def _integrate(node: Any, power: Array, reasons: Array, limit_c: float
+def _integrate(node: SimNode, power: Array, reasons: Array, limit_c: float
                ) -> dict[str, Array] | None:
     """The node's slow state (temperature, energy, limiter seconds) at each of the block's
     K ticks (before that tick's step), read from and written back to the
@@ -223,7 +236,7 @@ def _integrate(node: Any, power: Array, reasons: Array, limit_c: float
     return out
 
 
-def _ecc(node: Any, t: Array) -> Array:
+def _ecc(node: SimNode, t: Array) -> Array:
     """:meth:`SimNode.ecc_corrected` of every GPU at times ``t``: ``(K, G)``."""
     b = np.floor_divide(t, ECC_BUCKET_S).astype(np.int64)
     out = np.empty((len(t), node.job.n))
@@ -235,7 +248,8 @@ def _ecc(node: Any, t: Array) -> Array:
     return out
 
 
-def block(src: Any, i0: int, count: int, states: Any = None) -> dict[str, Array] | None:
+def block(src: SimSource, i0: int, count: int, states: States | None = None
+          ) -> dict[str, Array] | None:
     """Readings of ticks ``i0 .. i0 + count - 1`` as ``(K, G)`` arrays per metric name
     (plus ``ts``), or None where the thermal controller would engage (see module docs).
     ``states(t)``: the GPUs' states at times ``t`` (s since start) as :func:`_states`
@@ -258,7 +272,7 @@ def block(src: Any, i0: int, count: int, states: Any = None) -> dict[str, Array]
     gpm = (lambda x: py_round(x, 2)) if m.gpm else (lambda x: const(np.nan))
     nvl = const(0.0) if m.nvlink else const(np.nan)
     serving = serving_value((ProcessInfo(pid=src.job.pids[0], serving=False),))
-    out = {
+    out: dict[str, Array] = {
         "ts": ts,
         "utilization.gpu": np.round(st["util"]),
         "utilization.memory": np.round(st["mem_util"]),
@@ -307,8 +321,9 @@ def block(src: Any, i0: int, count: int, states: Any = None) -> dict[str, Array]
     return out
 
 
-def chunks(src: Any, duration: float, chunk_ticks: int, names: list[str] | None,
-           scalar: Any, states: Any = None) -> Iterator[tuple[Any, list[Any]]]:
+def chunks(src: SimSource, duration: float, chunk_ticks: int, names: list[str] | None,
+           scalar: Callable[[float], Iterator[Chunk]], states: States | None = None
+           ) -> Iterator[Chunk]:
     """``(frame, xids)`` chunks of ``chunk_ticks`` ticks, as
     :func:`watchdog.pipeline.replay._chunks` yields them; ``names`` the catalogue order;
     ``scalar(remaining_s)`` continues on the scalar path (see module docs); ``states``

@@ -232,7 +232,7 @@ class SimSource:
         procs: tuple[ProcessInfo, ...] = ()
         if st.process:
             procs = (ProcessInfo(pid=self.job.pids[g], name="python",
-                                 used_memory_mib=max(0.0, values["memory.used"] - 1.0),
+                                 used_memory_mib=max(0.0, (values["memory.used"] or 0.0) - 1.0),
                                  job_id=self.job.slurm_job_id, serving=st.serving),)
         values["processes.serving"] = serving_value(procs)
         return Sample(ts=now, uuid=uuid, index=g, values=values, processes=procs, xids=xids)

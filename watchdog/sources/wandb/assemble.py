@@ -81,7 +81,9 @@ def _recording(path: str, host: str, samples: Samples, gm: meta_mod.GpuMeta,
         per_gpu.append(m)
         names |= set(m)
     order = [n for n in _CATALOGUE_ORDER if n in names]
-    ts_parts, idx_parts, col_parts = [], [], {n: [] for n in order}
+    ts_parts: list[Array] = []
+    idx_parts: list[Array] = []
+    col_parts: dict[str, list[Array]] = {n: [] for n in order}
     for g, m in zip(gpus, per_gpu, strict=True):
         have = np.zeros(len(t), dtype=bool)
         for v in m.values():

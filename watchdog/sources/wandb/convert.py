@@ -183,7 +183,8 @@ def columns(s: Samples) -> tuple[Array, dict[tuple[int, str], Array]]:
     m = int(tick[-1]) + 1 if n else 0
     t_out = np.full(m, np.nan)
     # a tick's time is its first record's
-    first = np.flatnonzero(np.concatenate(([True], np.diff(tick) > 0))) if n else []
+    first: Array = np.flatnonzero(np.concatenate(([True], np.diff(tick) > 0))) if n \
+        else np.zeros(0, dtype=np.int64)
     t_out[:] = ts[first] if n else t_out
     out: dict[tuple[int, str], Array] = {}
     for key, pairs in s.values.items():
