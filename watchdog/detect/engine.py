@@ -19,7 +19,7 @@ from __future__ import annotations
 import math
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING
 
 import numpy as np
 
@@ -33,6 +33,9 @@ from watchdog.detect.waits import load_waits, waits_to_dict
 from watchdog.incident import Incident
 from watchdog.records import DeviceInfo, Sample, XidEvent
 from watchdog.untyped import JsonDoc
+
+if TYPE_CHECKING:
+    import pandas as pd
 
 # Live agent: seconds of data time between evaluations of healthy ticks (feed_tick). Five
 # 1 s ticks in one block cost about a quarter of five single-tick evaluations (numpy's fixed
@@ -84,7 +87,7 @@ class Detector:
         self._evaluated_at = -math.inf
 
     # --- input --------------------------------------------------------------------------
-    def feed_frame(self, frame: Any, xids: Iterable[XidEvent] = (), *,
+    def feed_frame(self, frame: pd.DataFrame, xids: Iterable[XidEvent] = (), *,
                    complete: bool = False) -> None:
         """A block of ticks (the replay frame contract; see the module docs of replay).
 

@@ -283,9 +283,14 @@ def _reduce(fn: str, m: Array, present: Array) -> Array:
                 r = np.full(len(vals), NAN)
             elif fn == "peer_median":
                 r = _row_median(vals)
+            elif fn == "peer_mean":
+                r = np.nanmean(vals, axis=1)
+            elif fn == "peer_min":
+                r = np.nanmin(vals, axis=1)
+            elif fn == "peer_max":
+                r = np.nanmax(vals, axis=1)
             else:
-                r = {"peer_mean": np.nanmean, "peer_min": np.nanmin,
-                     "peer_max": np.nanmax}[fn](vals, axis=1)
+                raise KeyError(fn)
     return np.repeat(r[:, None], m.shape[1], axis=1)
 
 

@@ -12,7 +12,6 @@ from __future__ import annotations
 import math
 import re
 import string
-from typing import Any
 
 import numpy as np
 
@@ -67,7 +66,7 @@ class _Formatter(string.Formatter):
     """A missing value (NaN: the log has no memory total, no max clock) prints ``?``,
     never ``nan``."""
 
-    def format_field(self, value: Any, format_spec: str) -> str:
+    def format_field(self, value: object, format_spec: str) -> str:
         if isinstance(value, float) and math.isnan(value):
             return "?"
         return super().format_field(value, format_spec)

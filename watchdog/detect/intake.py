@@ -26,7 +26,7 @@ from __future__ import annotations
 import math
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING
 
 import numpy as np
 
@@ -37,6 +37,9 @@ from watchdog.detect.presence import vanish_times
 from watchdog.detect.signals import Block
 from watchdog.records import DeviceInfo, Sample, XidEvent
 from watchdog.untyped import Array
+
+if TYPE_CHECKING:
+    import pandas as pd
 
 # Rows processed at once: bounds the node grid (ticks × GPUs) when every GPU has its own
 # timestamps. Splitting never changes results (block == tick).
@@ -57,7 +60,7 @@ class Gpu:
     last_ts: float = math.nan
 
 
-def frame_columns(frame: Any) -> Columns:
+def frame_columns(frame: pd.DataFrame) -> Columns:
     """A replay frame's columns as arrays (``lost`` False where the frame has none)."""
     cols: Columns = {
         "ts": frame["ts"].to_numpy(dtype=np.float64),
@@ -218,7 +221,7 @@ class Intake:
         return Block(cat("ts"), cat("d"), counts, [g.device for g in self.slots], metrics,
                      lost, cat("xid"), cat("xid_count"), self.levels)
 
-    def _vanished(self, cols: Columns, uniq: Any, order: Array,
+    def _vanished(self, cols: Columns, uniq: Array, order: Array,
                   bounds: Array) -> Columns | None:
         """Synthetic lost rows for GPUs that stopped reporting (see :mod:`presence`)."""
         ticks = blockrows.unique(cols["ts"])

@@ -55,7 +55,6 @@ from __future__ import annotations
 import functools
 import math
 from collections.abc import Mapping, Sequence
-from typing import Any
 
 import numpy as np
 
@@ -115,7 +114,7 @@ SERVER_MIN_MEMORY_MIB = 1024.0
 
 
 @functools.cache
-def work_window() -> tuple[Any, Any]:
+def work_window() -> tuple[Call, Call]:
     """Over the last 30 min, the share of the time (%) in which a job held the GPU (memory
     used >= 1 GiB) and it worked (utilization >= 5 %), and the share in which a job held
     it with its utilization read: their ratio is the share of the job's time it worked,
@@ -143,11 +142,12 @@ def working(util: Array, power: Array, sm_activity: Array,
 
 
 @functools.cache
-def learn_windows() -> tuple[Any, Any]:
+def learn_windows() -> tuple[Call, Call]:
     """The 30 s means of utilization and power the levels are learned from, as window
     expressions (the detector declares them with the rules' windows, so they share work)."""
-    return tuple(Call(0, "mean", (Name(0, m),), LEARN_WINDOW_S)
-                 for m in ("utilization.gpu", "power.draw"))
+    util, power = (Call(0, "mean", (Name(0, m),), LEARN_WINDOW_S)
+                   for m in ("utilization.gpu", "power.draw"))
+    return util, power
 
 
 class PowerLevels:
@@ -355,7 +355,7 @@ class PowerLevels:
                     arr[s] = float(v)
 
 
-def trusted_levels(levels: Mapping[str, Mapping[str, Any]]
+def trusted_levels(levels: Mapping[str, Mapping[str, float | None]]
                    ) -> tuple[dict[str, dict[str, float | None]], list[str]]:
     """The stored levels (by GPU UUID, as the store reads them, each with its
     ``version``) that a detector may restore, and one line per GPU whose levels were
@@ -387,8 +387,10 @@ def trusted_levels(levels: Mapping[str, Mapping[str, Any]]
     return kept, notes
 
 
-def _finite(v: Any) -> float | None:
+def _finite(v: float | None) -> float | None:
     """A stored number, None where it is missing, not a number or not above 0."""
+    if v is None:
+        return None
     try:
         f = float(v)
     except (TypeError, ValueError):

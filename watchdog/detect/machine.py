@@ -19,11 +19,11 @@ import heapq
 import math
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
 
 import numpy as np
 
 from watchdog.detect.waits import LearnedWait, WaitLearner
+from watchdog.incident import Incident
 from watchdog.untyped import Array
 
 INF = math.inf
@@ -38,7 +38,7 @@ class EntityState:
     since: float = math.nan  # pending start (s)
     for_used: float = 0.0
     clear_since: float | None = None
-    incident: Any = None
+    incident: Incident | None = None
 
 
 class _Cursor:
@@ -65,7 +65,7 @@ def _next(idx: Array, i: int, n: int) -> int:
     return int(idx[p]) if p < len(idx) else n
 
 
-FireFn = Callable[[str, int, EntityState], Any]
+FireFn = Callable[[str, int, EntityState], Incident]
 ResolveFn = Callable[[str, float, EntityState], None]
 
 
@@ -128,7 +128,7 @@ class Machine:
                 intervals[c.key].append((c.st.since, INF))
         return intervals
 
-    def _push(self, heap: list, c: _Cursor, order: int) -> None:  # type: ignore[type-arg]
+    def _push(self, heap: list, c: _Cursor, order: int) -> None:  # (t, prio, order, …)
         ev = self._peek(c)
         if ev is not None:
             what, idx = ev

@@ -10,12 +10,14 @@ the table of signals is in ``docs/rules.md``.
 
 from __future__ import annotations
 
-from typing import Any
+from collections.abc import Callable
+from typing import Protocol
 
 import numpy as np
 
 from watchdog import catalogue, reasons
 from watchdog.detect import fallbacks as fb
+from watchdog.detect.lang import Node
 from watchdog.detect.layout import Segments
 from watchdog.detect.learned import (
     SERVER_MIN_MEMORY_MIB,
@@ -29,6 +31,13 @@ from watchdog.untyped import Array
 
 NAN = np.nan
 BAD_BITS = reasons.THERMAL | reasons.HARDWARE
+
+
+class Sampler(Protocol):
+    """What a block asks of its evaluator (:class:`watchdog.detect.evaluate.Evaluator`,
+    which imports this module): an expression's value at each of the block's samples."""
+
+    def sample(self, node: Node, b: Block) -> Array: ...
 
 
 class Block(Segments):
@@ -53,7 +62,7 @@ class Block(Segments):
         self.cache: dict[str, Array] = {}
         self.asof: dict[int, tuple] = {}  # node-grid mapping per slot (see evaluate)
         self.grid_cache: dict[str, Array] = {}  # node-grid values (see evaluate)
-        self.evaluator: Any = None  # the Evaluator of this block, for the learning windows
+        self.evaluator: Sampler | None = None  # the block's Evaluator, for learning windows
         self._bits_cache: tuple[Array, Array] | None = None
 
     def __len__(self) -> int:
@@ -78,7 +87,8 @@ class Block(Segments):
             self.cache[name] = got
         return got
 
-    def _chain(self, name: str, steps: list[tuple[int, Any]]) -> Array:
+    def _chain(self, name: str, steps: list[tuple[int, Array | Callable[[], Array]]]
+               ) -> Array:
         """The first valid value of ``steps`` (``(code, values)``, first source first;
         ``values`` an array or a function making one, called only while some sample has
         no value yet) at each sample; the codes go to ``NAME#src`` (NaN where none)."""
@@ -252,9 +262,10 @@ class Block(Segments):
             power = lv.power_mean.update_block(self, self.metric("power.draw"))
         limit = self._limit()
         from_log = self.cache["power_limit_w#src"] < fb.LIMIT_CATALOGUE
-        fixed = [(fb.IDLE_LIMIT, np.where(from_log, fb.IDLE_OF_LIMIT * limit, NAN)),
-                 (fb.IDLE_CATALOGUE, lambda: self._model("idle_w")),
-                 (fb.IDLE_TDP, lambda: fb.IDLE_OF_LIMIT * self._model("tdp_w"))]
+        fixed: list[tuple[int, Array | Callable[[], Array]]] = [
+            (fb.IDLE_LIMIT, np.where(from_log, fb.IDLE_OF_LIMIT * limit, NAN)),
+            (fb.IDLE_CATALOGUE, lambda: self._model("idle_w")),
+            (fb.IDLE_TDP, lambda: fb.IDLE_OF_LIMIT * self._model("tdp_w"))]
         ref = self._chain("§idle_fixed", fixed)
         reading = (self.metric("utilization.gpu"), self.metric("power.draw"),
                    self.metric("gpm.sm_activity"))
