@@ -31,13 +31,16 @@ else, and both must mean the same files (:func:`beside`).
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING
 
 from watchdog.errors import InputError
 from watchdog.paths import beside
 from watchdog.service.config import Config, Record
 from watchdog.units import duration_in, format_duration, number_in, parse_duration
 from watchdog.untyped import JsonDoc
+
+if TYPE_CHECKING:
+    from watchdog.untyped import Json
 
 __all__ = ["RANGES", "Config", "Record", "load"]
 
@@ -175,7 +178,7 @@ def _check_sim(cfg: Config, p: str, lines: dict[str, int]) -> None:
     raise InputError(f"{p}:{lines.get('source', '?')}: {msg}") from None
 
 
-def _duration(value: Any, at: str, key: str) -> float:
+def _duration(value: Json, at: str, key: str) -> float:
     lo, hi = RANGES[key]
     if parse_duration(str(value), what=f"{at}: {key}") <= 0:
         raise InputError(f"{at}: {key} must be positive ({format_duration(lo)} to "
@@ -183,7 +186,7 @@ def _duration(value: Any, at: str, key: str) -> float:
     return duration_in(value, lo, hi, what=f"{at}: {key}")
 
 
-def _metrics(value: Any, at: str) -> str | None:
+def _metrics(value: Json, at: str) -> str | None:
     from watchdog.service.metrics import parse_listen
 
     if value is None or value is False:
@@ -195,7 +198,7 @@ def _metrics(value: Any, at: str) -> str | None:
     return listen
 
 
-def _coerce(key: str, value: Any, at: str) -> Any:
+def _coerce(key: str, value: Json, at: str) -> Json:
     if key in ("interval", "call_timeout"):
         return _duration(value, at, key)
     if key == "rules":

@@ -35,7 +35,7 @@ import numpy as np
 from numpy.lib import format as npformat
 
 from watchdog.errors import InputError
-from watchdog.untyped import Array
+from watchdog.untyped import Array, DType
 
 MAX_HEADER = 10_000  # bytes of one .npy header (numpy's own default cap)
 _STEP = 1 << 20
@@ -50,7 +50,7 @@ class Member:
     """One ``.npy`` member as declared: ``name`` without ``.npy``."""
 
     name: str
-    dtype: np.dtype
+    dtype: DType
     shape: tuple[int, ...]
     fortran: bool
     nbytes: int  # data bytes: prod(shape) * itemsize

@@ -52,12 +52,12 @@ class DeviceInfo:
 
     def to_dict(self) -> JsonDoc:
         """Plain dict (JSON-ready)."""
-        return {f: getattr(self, f) for f in self.__slots__}  # type: ignore[attr-defined]
+        return {f: getattr(self, f) for f in self.__slots__}
 
     @classmethod
     def from_dict(cls, d: JsonDoc) -> DeviceInfo:
         """Inverse of :meth:`to_dict`; unknown keys are ignored (newer recordings)."""
-        known = set(cls.__slots__)  # type: ignore[attr-defined]
+        known = set(cls.__slots__)
         return cls(**{k: v for k, v in d.items() if k in known})
 
 
@@ -90,7 +90,7 @@ class ProcessInfo:
     def to_dict(self) -> JsonDoc:
         """Plain dict; the run, Kubernetes and provenance fields only where known
         (recordings of Slurm or bare-metal nodes stay as they were)."""
-        return {f: v for f in self.__slots__  # type: ignore[attr-defined]
+        return {f: v for f in self.__slots__
                 if (v := getattr(self, f)) is not None or f not in _OPTIONAL_JOB_FIELDS}
 
 
@@ -114,7 +114,7 @@ class XidEvent:
     message: str | None = None
 
     def to_dict(self) -> JsonDoc:
-        return {f: getattr(self, f) for f in self.__slots__}  # type: ignore[attr-defined]
+        return {f: getattr(self, f) for f in self.__slots__}
 
 
 @dataclass(slots=True)

@@ -27,11 +27,13 @@ if TYPE_CHECKING:
 
     #: A numpy array; its dtype is said in words where it is used.
     Array: TypeAlias = np.ndarray[Any, np.dtype[Any]]  # type: ignore[explicit-any]  # see above
+    #: The dtype of such an array (a file's array declares it; checked where it is read).
+    DType: TypeAlias = np.dtype[Any]  # type: ignore[explicit-any]  # as Array
 else:
     def __getattr__(name: str) -> object:
         """``Array`` without importing numpy at start-up (``watchdog check`` does not)."""
-        if name == "Array":
+        if name in ("Array", "DType"):
             import numpy as np
 
-            return np.ndarray
+            return np.ndarray if name == "Array" else np.dtype
         raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -5,12 +5,17 @@ from __future__ import annotations
 import argparse
 import sys
 from collections.abc import Iterable
-from typing import Any
+from typing import TYPE_CHECKING
 
 from watchdog.errors import InputError
 from watchdog.sources import SourceOptions
 from watchdog.units import check_tz
 from watchdog.untyped import JsonDoc
+
+if TYPE_CHECKING:
+    from pathlib import Path
+
+    from watchdog.store.locate import Found
 
 
 def add_source_args(p: argparse.ArgumentParser, default: str | None = "nvml",
@@ -111,7 +116,7 @@ def source_options(args: argparse.Namespace) -> SourceOptions:
 
 # --- the state directory and silences, for status, alerts and silence -------------------
 
-def service_state(args: argparse.Namespace) -> tuple[Any, str | None]:
+def service_state(args: argparse.Namespace) -> tuple[Found, str | None]:
     """``(found, config error)``: the state directory ``status``, ``alerts`` and
     ``silence`` act on (:func:`watchdog.store.locate.find`: ``--state-dir``, the config's
     ``state_dir:``, or where the service keeps it; never a new, unread one), and why the
@@ -147,7 +152,7 @@ def _readable_file(path: str) -> bool:
     return os.path.isfile(path) and os.access(path, os.R_OK)
 
 
-def state_dir(args: argparse.Namespace) -> Any:
+def state_dir(args: argparse.Namespace) -> Path:
     """The state directory of :func:`service_state`."""
     return service_state(args)[0].path
 

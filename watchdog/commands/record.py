@@ -13,11 +13,17 @@ from __future__ import annotations
 import argparse
 import os
 import sys
-from typing import Any
+from typing import TYPE_CHECKING
 
 from watchdog.commands.common import add_source_args
 from watchdog.commands.live import Stop, ticks
 from watchdog.untyped import JsonDoc
+
+if TYPE_CHECKING:
+    from watchdog.clock import Clock
+    from watchdog.sources import SourceOptions
+    from watchdog.sources.base import LiveSource
+    from watchdog.sources.replay.recording_writer import RecordingWriter
 
 DEFAULT_DURATION = "10m"
 #: The most samples ``--chunk`` may ask for: a chunk is buffered as samples before it is
@@ -110,9 +116,9 @@ def convert_log(src: str, out: str, *, mapping: dict[str, str] | None, host: str
     return _stats(writer, out, len(rec.devices()))
 
 
-def record_live(spec: str, options: Any, out: str, *, duration: float, interval: float,
+def record_live(spec: str, options: SourceOptions, out: str, *, duration: float, interval: float,
                 realtime: bool = False, chunk_rows: int = 4096,
-                source: Any = None, clock: Any = None) -> JsonDoc:
+                source: LiveSource | None = None, clock: Clock | None = None) -> JsonDoc:
     """Sample a live source every ``interval`` s for ``duration`` s into ``out``.
 
     ``source`` and ``clock`` may be given (tests, embedding); otherwise they are made from
@@ -147,8 +153,9 @@ def record_live(spec: str, options: Any, out: str, *, duration: float, interval:
     return _stats(writer, out, len(devices))
 
 
-def _stats(writer: Any, out: str, gpus: int) -> JsonDoc:
-    span = 0.0 if writer.first_ts is None else writer.last_ts - writer.first_ts
+def _stats(writer: RecordingWriter, out: str, gpus: int) -> JsonDoc:
+    span = 0.0 if writer.first_ts is None or writer.last_ts is None else \
+        writer.last_ts - writer.first_ts
     return {"path": out, "gpus": gpus, "samples": writer.rows, "span_s": span,
             "bytes": os.path.getsize(out)}
 

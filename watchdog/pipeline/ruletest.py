@@ -29,6 +29,7 @@ line naming the file, the case and the limit:
 from __future__ import annotations
 
 import re
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -384,7 +385,7 @@ def _show_exp(exp: JsonDoc) -> str:
     return " ".join(f"{k}={v}" for k, v in exp.items())
 
 
-def run_files(paths: list[str | Path]) -> tuple[int, int, list[str]]:
+def run_files(paths: Sequence[str | Path]) -> tuple[int, int, list[str]]:
     """Run every case of every file; returns (passed, failed, report lines)."""
     from watchdog.detect import load_rules
 

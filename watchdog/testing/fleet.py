@@ -24,7 +24,6 @@ import urllib.parse
 import urllib.request
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
 
 import yaml
 
@@ -125,7 +124,7 @@ class Node:
     spec: str
     metrics_port: int
     job: str | None = None  # the config's job: {id: …}; None: the GPUs' processes say
-    proc: Any = None
+    proc: subprocess.Popen[bytes] | None = None
     log: Path | None = None
 
 
@@ -184,12 +183,13 @@ class Fleet:
     def wait_agents(self, timeout: float) -> list[int | None]:
         """Wait for every agent to exit (``--duration``); their exit codes."""
         end = time.monotonic() + timeout
-        for n in self.nodes:
+        procs = [n.proc for n in self.nodes if n.proc is not None]
+        for proc in procs:
             try:
-                n.proc.wait(max(0.1, end - time.monotonic()))
+                proc.wait(max(0.1, end - time.monotonic()))
             except subprocess.TimeoutExpired:
                 pass
-        return [n.proc.poll() for n in self.nodes]
+        return [proc.poll() for proc in procs]
 
     # --- Prometheus and Alertmanager -------------------------------------------------------
     def start_alertmanager(self, receiver_url: str, scale: float) -> str:
