@@ -289,7 +289,7 @@ def test_the_live_detector_forgets_engagements_long_over(monkeypatch: pytest.Mon
     clock = ManualClock(start=1_750_000_000.0)
     agent = _agent("sim:healthy", clock, [])
     seen: set[object] = set()
-    for _ in range(40 * 12):  # 40 min
+    for _ in range(40 * 12):  # 40 min: two checkpoints' engagements
         agent.tick()
         clock.advance(5.0)
         seen |= set(agent.detector.engaged._episodes)
