@@ -200,6 +200,7 @@ def test_watchdog_check_shows_a_hostile_gpu_name_escaped(tmp_path: Path) -> None
 
 
 # --- end to end: a hostile job on a real agent ----------------------------------------------
+@pytest.mark.slow
 def test_a_hostile_job_cannot_write_the_page_or_the_status(tmp_path: Path) -> None:
     """identity: a GPU process with SLURM_JOB_ID='<!channel> <http://evil|…>', on a GPU whose
     name holds ESC and a newline and whose UUID holds <!here>: the XID page reaches Slack

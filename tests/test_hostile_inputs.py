@@ -34,6 +34,10 @@ from hostile_helpers import Outcome, budget, run
 from watchdog import config
 from watchdog.errors import InputError
 
+# end to end: every case runs the real command as a subprocess (the whole suite and
+# bench/hostile.py run them; `pytest -m "not slow"` leaves them out)
+pytestmark = pytest.mark.slow
+
 LOGS = Path(__file__).parent / "fixtures" / "logs"
 SMALL_LOG = LOGS / "smi_units_in_values.csv"
 

@@ -17,6 +17,10 @@ from pathlib import Path
 import pytest
 from hostile_helpers import env
 
+# end to end: every case runs the real command as a subprocess (the whole suite and
+# bench/hostile.py run them; `pytest -m "not slow"` leaves them out)
+pytestmark = pytest.mark.slow
+
 REPO = Path(__file__).resolve().parent.parent
 
 

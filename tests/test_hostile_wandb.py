@@ -9,8 +9,13 @@ import os
 import struct
 from pathlib import Path
 
+import pytest
 from hostile_helpers import Outcome, budget, run
 from wandb_helpers import BLOCK, T0, frame, history, node, stats, write_run
+
+# end to end: every case runs the real command as a subprocess (the whole suite and
+# bench/hostile.py run them; `pytest -m "not slow"` leaves them out)
+pytestmark = pytest.mark.slow
 
 
 def _clean(o: Outcome) -> None:
