@@ -3,7 +3,7 @@ with scripted replies, standing in for a webhook receiver, Slack's Web API or Pa
 Events API where the real service cannot be reached.
 
 ``python -m watchdog.testing.httpserver PORT OUT.jsonl`` runs one that answers 202 to
-everything and appends each request to OUT.jsonl (used on the GPU machine and in the
+everything and appends each request to OUT.jsonl (a receiver for a real agent, as in the
 kill -9 test, where the receiver must outlive the agent).
 
 A reply can also misbehave the way a broken or hostile endpoint does
