@@ -128,7 +128,7 @@ def measure_agent(gpus: int | None, duration: float, warmup: float,
     cmd = fake_command(scenario, "watchdog", "run", *extra, "--source", "nvml",
                        "--interval", "1s", "--duration", f"{duration:g}s", "--state-dir", state)
     # its own claims folder: the bench's agent may run beside the node's own on purpose
-    # (bench/gpu_session.sh), where one sharing /run/nvml-watchdog would be refused
+    # (bench/gpu_checks.sh), where one sharing /run/nvml-watchdog would be refused
     proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
                             env={**os.environ, "RUNTIME_DIRECTORY": state})
     window = max(duration - warmup - 1.5, 1.0)

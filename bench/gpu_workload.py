@@ -6,7 +6,7 @@ A copy of ``../shared/real-gpu/workload.py`` (the program that recorded
 later), ``train2`` (that second job) and ``slow`` (the second job slowed: each step
 followed by a spinning kernel about as long, so utilization stays at 100 % while power
 falls to roughly 60-70 % of the job's own, the signature of a GPU that computes slower).
-``bench/gpu_session.sh`` runs it on a lent GPU machine.
+``bench/gpu_checks.sh`` runs it on a GPU node.
 
 python3 workload.py PHASE:SECONDS [PHASE:SECONDS ...]  -- phases run in order in ONE process
 (so memory stays held across phases the way a real job holds it). Each phase boundary is

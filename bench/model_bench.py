@@ -49,6 +49,8 @@ SHARED = next((p for p in (REPO.parent / "shared", REPO.parent.parent / "shared"
 REAL = Path(os.environ.get("WATCHDOG_REAL_TELEMETRY", SHARED / "real-telemetry"))
 REAL_GPU = SHARED / "real-gpu"
 
+from model_expected import EXPECTED  # noqa: E402  (the features each fault moves)
+
 from watchdog.anomaly import features as F  # noqa: E402
 from watchdog.anomaly import persist, train  # noqa: E402
 from watchdog.anomaly.offline import judge_recording  # noqa: E402
@@ -58,16 +60,6 @@ from watchdog.pipeline.replay import detector_over  # noqa: E402
 from watchdog.sources.sim.faults import UNNAMED  # noqa: E402
 from watchdog.sources.sim.frames import simulate  # noqa: E402
 
-EXPECTED = {  # the features each fault moves (the explanation's first should be one)
-    "power_mismatch": {"power_frac", "peer_power", "power_slope", "own_power"},
-    "slow_no_reason": {"sm_clock_frac", "peer_sm_clock", "sm_clock_std",
-                       "sm_clock_unexplained"},
-    "temp_drift": {"temp_mean", "temp_slope", "peer_temp", "peer_temp_slope", "own_temp",
-                   "peer_temp_drift"},
-    "hbm_sag": {"mem_clock_frac", "peer_mem_clock"},
-    "bursty_util": {"util_std", "util_mean", "peer_util", "peer_util_std",
-                    "peer_util_drops"},
-}
 GOAL_FP = 0.01  # false anomalies per 1,000 GPU-hours
 GOAL_TTA_S = 120.0
 GOAL_EXPLAINED = 0.9

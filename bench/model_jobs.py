@@ -25,7 +25,7 @@ REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 sys.path.insert(0, str(REPO / "bench"))
 
-from model_bench import EXPECTED  # noqa: E402  (the features each fault moves)
+from model_expected import EXPECTED  # noqa: E402  (the features each fault moves)
 
 from watchdog.detect import load_rules  # noqa: E402
 

@@ -52,7 +52,7 @@ def _live(tmp_path: Path, minutes: float) -> tuple[list[dict], list[tuple[float,
             lambda src: build_detector(rules, host=src.host, devices=src.devices(),
                                        mode="live"),
             clock, spec=SPEC, interval=1.0, anomaly=AnomalyStage(healthy_model(), "sim", 1.0),
-            notifier=notifier)
+            alerting=notifier)
         for _ in range(int(minutes * 60)):
             seen += [(clock.now() - START, w, inc) for w, inc in agent.tick()]
             clock.advance(1.0)

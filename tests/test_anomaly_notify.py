@@ -34,7 +34,7 @@ def test_an_anomaly_notification_carries_the_explanation(tmp_path: Path) -> None
     policy = Policy(cfg, Store(tmp_path), inc.host,
                     lambda rule: ("gpu", None), now)
     policy.observe([("firing", inc)], now)
-    notes = policy.tick(now + 1.0, {"slack": object()})
+    notes = policy.tick(now + 1.0, {"slack": None})
     assert len(notes) == 1
     msg = render_blocks(notes[0])
     section = next(b["text"]["text"] for b in msg["blocks"] if b["type"] == "section")

@@ -89,7 +89,7 @@ def _imported(argv: list[str]) -> tuple[set[str], dict]:
 ])
 def test_check_does_not_import_pandas_or_sklearn(argv):
     """Nor numpy's masked arrays, which ``np.unique`` loads on first use (numpy 2): 6 ms
-    here, about 50 ms on an image that keeps no bytecode (the lent H100, 2026-11-26),
+    here, about 50 ms on an image that keeps no bytecode (an H100 node's, 2026-11-26),
     on every probe of every node."""
     mods, doc = _imported(argv)
     assert doc["gpu_count"] == 8

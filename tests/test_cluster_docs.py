@@ -33,7 +33,7 @@ NOT_RUN = {
     "sacctmgr -i add user nvml-watchdog account=root adminlevel=operator":
         "needs slurmdbd (the tests' Slurm runs without accounting; the agent there drains "
         "as root)",
-    "docker build -f config/kubernetes/Containerfile -t registry.example/nvml-watchdog:0.1.0 .":
+    "docker build -f config/kubernetes/Containerfile -t registry.example/nvml-watchdog:0.2.0 .":
         "no container runtime on the test machines; the Containerfile's steps are "
         "docs/install.md's, run by tests/test_install_docs.py",
     "kubectl apply -f config/kubernetes/nvml-watchdog.yaml":

@@ -18,7 +18,7 @@ from tests.test_detect_windows import reference, weights
 from watchdog.detect import Detector, RuleSet
 from watchdog.detect import windows as W
 from watchdog.detect.loader import parse_rules_text
-from watchdog.detect.windows import KINDS, Layout, Segments, Series, Window, WindowSet
+from watchdog.detect.windows import STATISTICS, Layout, Segments, Series, Window, WindowSet
 from watchdog.records import DeviceInfo
 
 
@@ -34,7 +34,7 @@ def episodes() -> tuple[np.ndarray, np.ndarray]:
     return ts, x
 
 
-@pytest.mark.parametrize("kind", KINDS)
+@pytest.mark.parametrize("kind", STATISTICS)
 @pytest.mark.parametrize("width", [5.0, 30.0, 120.0])
 def test_quiet_blocks_give_the_full_results(kind: str, width: float) -> None:
     ts, x = episodes()
@@ -48,7 +48,7 @@ def test_quiet_blocks_give_the_full_results(kind: str, width: float) -> None:
         assert np.array_equal(np.concatenate(parts), whole, equal_nan=True), step
 
 
-@pytest.mark.parametrize("kind", KINDS)
+@pytest.mark.parametrize("kind", STATISTICS)
 def test_a_metric_the_log_lacks_costs_no_window_sums(kind: str,
                                                      monkeypatch: pytest.MonkeyPatch) -> None:
     calls: list[str] = []
@@ -144,7 +144,7 @@ def test_evidence_windows_are_computed_only_when_an_incident_fires(
     assert [i.to_json() for i in whole.finish()] == [inc.to_json()]
 
 
-@pytest.mark.parametrize("kind", KINDS)
+@pytest.mark.parametrize("kind", STATISTICS)
 def test_regular_sampling_slices_equal_the_gathers(kind: str) -> None:
     """Large blocks of regular samples (window sums as slice differences) give the bits of
     live ticks (gathers), and the reference's numbers."""

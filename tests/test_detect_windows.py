@@ -9,7 +9,7 @@ import numpy as np
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from watchdog.detect.windows import KINDS, Segments, Window, range_reduce
+from watchdog.detect.windows import STATISTICS, Segments, Window, range_reduce
 
 MAX_GAP = 30.0
 
@@ -77,7 +77,7 @@ def series(draw):  # type: ignore[no-untyped-def]
 
 
 @settings(max_examples=60, deadline=None)
-@given(series(), st.sampled_from(KINDS), st.sampled_from([0.5, 5.0, 30.0, 120.0]))
+@given(series(), st.sampled_from(STATISTICS), st.sampled_from([0.5, 5.0, 30.0, 120.0]))
 def test_each_statistic_matches_the_slow_reference(data, kind, width) -> None:
     ts, x = data
     got = Window(kind, width).update("g", ts, weights(ts), x)
@@ -86,7 +86,7 @@ def test_each_statistic_matches_the_slow_reference(data, kind, width) -> None:
 
 
 @settings(max_examples=60, deadline=None)
-@given(series(), st.sampled_from(KINDS), st.sampled_from([0.5, 5.0, 30.0, 120.0]),
+@given(series(), st.sampled_from(STATISTICS), st.sampled_from([0.5, 5.0, 30.0, 120.0]),
        st.lists(st.integers(1, 59), max_size=6))
 def test_any_block_split_gives_bitwise_identical_results(data, kind, width, cuts) -> None:
     ts, x = data
@@ -132,7 +132,7 @@ def test_range_reduce_ignores_nan() -> None:
 
 
 @settings(max_examples=40, deadline=None)
-@given(st.lists(series(), min_size=2, max_size=4), st.sampled_from(KINDS),
+@given(st.lists(series(), min_size=2, max_size=4), st.sampled_from(STATISTICS),
        st.sampled_from([5.0, 30.0]), st.integers(1, 5), st.randoms(use_true_random=False))
 def test_several_gpus_in_one_block_match_the_reference(data, kind, width, n_blocks,
                                                        rnd) -> None:

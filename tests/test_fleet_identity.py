@@ -11,7 +11,7 @@ from pathlib import Path
 from watchdog.incident import Incident
 from watchdog.notify import store as st
 from watchdog.notify.config import NotifyConfig, SinkSpec
-from watchdog.notify.policy import FLEET_HOLD_MAX_S, Policy
+from watchdog.notify.policy import FLEET_HOLD_MAX_S, JobClear, Policy
 from watchdog.notify.sinks.alertmanager import am_alert
 from watchdog.notify.sinks.pagerduty import payload
 from watchdog.service.fleet import FleetView, query_for
@@ -20,7 +20,7 @@ from watchdog.store.store import Store
 from watchdog.testing.httpserver import Reply, Request, Server
 
 T0 = 1_800_000_000.0
-SINKS = {"pd": object()}
+SINKS: dict[str, float | None] = {"pd": None}  # name -> resend_interval
 JOB = ("4242", "4242#0")
 
 
@@ -40,11 +40,10 @@ def inc(kind: str, host: str, gpus: list[str], t: float = T0) -> Incident:
                     evidence={"power": 105.0})
 
 
-def policy(tmp: Path, host: str, job: tuple[str, str] | None = JOB, now: float = T0
-           ) -> Policy:
-    p = Policy(cfg(), Store(tmp / host), host, info, now)
-    p.job_of = lambda _uuids: job
-    return p
+def policy(tmp: Path, host: str, job: tuple[str, str] | None = JOB, now: float = T0,
+           job_clear: JobClear | None = None) -> Policy:
+    return Policy(cfg(), Store(tmp / host), host, info, now, job_of=lambda _uuids: job,
+                  job_clear=job_clear)
 
 
 def fire(p: Policy, i: Incident, t: float = T0) -> list:  # type: ignore[type-arg]
@@ -134,7 +133,6 @@ def _resolve(p: Policy, i: Incident, t: float) -> None:
 
 def test_a_resolve_waits_while_the_fleet_says_other_nodes_are_still_hung(
         tmp_path: Path) -> None:
-    p = policy(tmp_path, "n1")
     answers: list[bool | None] = [False]
     asked: list[tuple[str, str]] = []
 
@@ -142,7 +140,7 @@ def test_a_resolve_waits_while_the_fleet_says_other_nodes_are_still_hung(
         asked.append((kind, job))
         return answers[0]
 
-    p.job_clear = clear
+    p = policy(tmp_path, "n1", job_clear=clear)
     hang = inc("comm_hang", "n1", ["0"])
     fire(p, hang)
     _resolve(p, hang, T0 + 100)
@@ -161,14 +159,13 @@ def test_a_resolve_waits_while_the_fleet_says_other_nodes_are_still_hung(
 
 
 def test_an_unknown_fleet_or_a_long_hold_resolves_anyway(tmp_path: Path) -> None:
-    p = policy(tmp_path, "n1")
-    p.job_clear = lambda _k, _j: None  # Prometheus does not answer
+    p = policy(tmp_path, "n1", job_clear=lambda _k, _j: None)  # Prometheus does not answer
     hang = inc("comm_hang", "n1", ["0"])
     fire(p, hang)
     _resolve(p, hang, T0 + 100)
     assert [n.reason for n in p.tick(T0 + 221, SINKS)] == ["resolved"]
-    q = policy(tmp_path, "n2")
-    q.job_clear = lambda _k, _j: False  # the fleet says "still hung" forever
+    # the fleet says "still hung" forever
+    q = policy(tmp_path, "n2", job_clear=lambda _k, _j: False)
     h2 = inc("comm_hang", "n2", ["0"])
     fire(q, h2)
     _resolve(q, h2, T0 + 100)
@@ -177,8 +174,8 @@ def test_an_unknown_fleet_or_a_long_hold_resolves_anyway(tmp_path: Path) -> None
         out = q.tick(t, SINKS)
         t += 15
     assert T0 + 100 + FLEET_HOLD_MAX_S <= t <= T0 + 100 + FLEET_HOLD_MAX_S + 30
-    per_node = policy(tmp_path, "n3", job=None)  # no job: never asks the fleet
-    per_node.job_clear = lambda _k, _j: False
+    # no job: never asks the fleet
+    per_node = policy(tmp_path, "n3", job=None, job_clear=lambda _k, _j: False)
     h3 = inc("comm_hang", "n3", ["0"])
     fire(per_node, h3)
     _resolve(per_node, h3, T0 + 100)

@@ -106,7 +106,7 @@ def test_a_gpu_keeps_its_job_after_its_process_died_then_forgets_it() -> None:
     assert t.gpu_job("A") == Job("4242", "slurm", run="1")
     assert t.gpu_job("B") == Job("4242", "slurm", run="1")
     assert t.job_for(["A", "B"]) == Job("4242", "slurm", run="1")
-    assert t.job_for(["A"]).episode == "4242#1"
+    assert t.job_for(["A"]).run_id == "4242#1"
     t.observe(1861.0, [_s("A", 0, ()), _s("B", 1, None, lost=True)])
     assert t.gpu_job("A") is None and t.gpu_job("B") is None and t.jobs() == []
 
@@ -198,8 +198,7 @@ def test_the_tee_feeds_the_tracker_and_the_recorder_and_the_status() -> None:
             self.calls.append("close")
 
     rec, status = Rec(), {}  # type: ignore[var-annotated]
-    tee = SampleTee(JobTracker(), rec)
-    tee.status_to = status
+    tee = SampleTee(JobTracker(), rec, status_to=status)
     tee.open("n", [])
     tee.write(0.0, [_s("A", 0, SLURM)])
     tee.close()

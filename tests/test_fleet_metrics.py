@@ -50,7 +50,7 @@ def stub(spec: str = "sim:comm_hang@2m", at: float = 400.0, sinks: int = 3,
         "alerts_firing": 0, "dropped": 0})
     p = SimpleNamespace(stats=TickStats(ticks=5), host="gpu-node-017", source=src,
                         last_samples=samples, detector=detector, own=SimpleNamespace(active={}),
-                        notifier=notifier, _lock=threading.Lock())
+                        alerting=notifier, _lock=threading.Lock())
     return p, jobs
 
 
@@ -142,7 +142,7 @@ def test_the_configs_job_labels_every_gpu() -> None:
 
 def test_no_job_is_an_empty_label_and_no_notifier_no_sink_series() -> None:
     p, _ = stub("sim:healthy")
-    p.notifier = None
+    p.alerting = None
     got = scrape(PipelineCollector(p, JobTracker()))
     assert not any(n.startswith("watchdog_notify_") for n, _, _ in got)
     assert not any(n == "watchdog_job_info" for n, _, _ in got)

@@ -4,10 +4,11 @@ agent on the same state, a start refused half-way, a full disk, a rotten or read
 missing state directory, a wall clock that steps, a taken metrics port, a bad reload,
 commands run by users who may or may not read the state, and the journal.
 
-Every case has a bound on wall time and on the agent's peak memory (the unit's
-MemoryMax). Each page that is due must reach the webhook receiver exactly once. Cases
-that need root (a tmpfs for a full disk, a read-only mount, another user) skip with the
-reason when not root; CI runs as root.
+Every case states a budget for the agent's peak memory (the unit's MemoryMax), measured by
+``bench/hostile.py``; the waits here are hang guards, not bounds on speed. Each page that
+is due must reach the webhook receiver exactly once. Cases that need root (a tmpfs for a
+full disk, a read-only mount, another user) skip with the reason when not root; CI runs
+as root.
 """
 
 from __future__ import annotations
@@ -25,7 +26,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
-from hostile_helpers import MEMORY_MAX_MB, PeakRss, env
+from hostile_helpers import MEMORY_MAX_MB, PeakRss, budget, env
 
 from watchdog.testing.httpserver import Server
 
@@ -105,7 +106,7 @@ class Agent:
                 raise AssertionError(f"agent still running after {timeout} s:\n{self.log()}")
             time.sleep(0.05)
         self._err.close()
-        assert self.peak_rss_mb < MEMORY_MAX_MB, self.peak_rss_mb
+        budget(rss_mb=MEMORY_MAX_MB, peak_rss_mb=self.peak_rss_mb)
         return self.p.returncode
 
     def stop(self) -> int:
@@ -141,6 +142,17 @@ def hang_pages(hook: Server) -> list[str]:
             if a["labels"]["alertname"] == "comm_hang" and a["fingerprint"] in r.body["changed"]:
                 out.append(a["status"])
     return out
+
+
+def wait_for(done: Callable[[], bool], agent: Agent, what: str,
+             guard_s: float = 120.0) -> None:
+    """Poll until ``done()``; the guard only keeps a broken agent from hanging the suite
+    (it is no bound on how fast the agent is)."""
+    end = time.monotonic() + guard_s
+    while not done():
+        if agent.p.poll() is not None or time.monotonic() > end:
+            raise AssertionError(f"never saw {what}:\n{agent.log()[-3000:]}")
+        time.sleep(0.05)
 
 
 def db_rows(state: Path, sql: str) -> list[tuple[object, ...]]:
@@ -187,20 +199,25 @@ def test_a_second_agent_on_the_same_state_is_refused_and_changes_nothing(
     """agent: a second agent on the same state dir exits 2 naming the first's pid, and
     the first's incident and pages are untouched"""
     state = tmp_path / "state"
-    cfg = write_config(tmp_path, state, hook)
-    first = Agent(cfg, speed=60, duration="8m")
-    first.wait_log("FIRING   CRITICAL comm_hang", timeout=40)
-    # (not resolved_at: the first agent itself may resolve the hang, 4 s after its onset,
-    # while a loaded machine is still starting the second)
-    before = db_rows(state, "SELECT id, summary FROM incidents")
-    t0 = time.monotonic()
-    second = watchdog("run", "--config", str(cfg), "--speed", "60", "--duration", "1m")
-    assert time.monotonic() - t0 < 10
-    assert second.returncode == 2, second.stderr
-    lines = [x for x in second.stderr.splitlines() if x.strip()]
-    assert len(lines) == 1 and f"pid {first.p.pid}" in lines[0], second.stderr
-    assert db_rows(state, "SELECT id, summary FROM incidents") == before
-    assert first.wait(60) == 0
+    cfg = write_config(tmp_path, state, hook, extra="model: off\n")
+    # the first runs until it is stopped, so the second always starts while the first
+    # holds the state, however slowly a busy machine starts either
+    first = Agent(cfg, speed=60, duration="24h")
+    try:
+        wait_for(lambda: hang_pages(hook) == ["firing", "resolved"], first,
+                 "the first agent's hang page and its resolve")
+        # the hang came and went: nothing of the first's changes while the second runs
+        before = db_rows(state, "SELECT id, summary, resolved_at FROM incidents")
+        second = watchdog("run", "--config", str(cfg), "--speed", "60", "--duration", "1m",
+                          timeout=120)
+        assert second.returncode == 2, second.stderr
+        lines = [x for x in second.stderr.splitlines() if x.strip()]
+        assert len(lines) == 1 and f"pid {first.p.pid}" in lines[0], second.stderr
+        assert db_rows(state, "SELECT id, summary, resolved_at FROM incidents") == before
+        assert first.p.poll() is None, first.log()[-3000:]
+    finally:
+        rc = first.stop()
+    assert rc == 0, first.log()[-3000:]
     assert hang_pages(hook) == ["firing", "resolved"]  # once each, from the first agent
 
 
@@ -377,11 +394,15 @@ def test_a_wall_clock_step_changes_no_schedule(tmp_path: Path, hook: Server,
     clockfile.write_text(f"{step}\n")
     time.sleep(1.0)  # past the next status write (5 s of the agent's clock: 83 ms here)
     before = json.loads(watchdog("status", "--config", str(cfg), "--json").stdout)
-    time.sleep(1.0)
-    doc = json.loads(watchdog("status", "--config", str(cfg), "--json").stdout)
-    # sampling goes on at its pace after the step: ~60 ticks a second at 60x (a loaded
-    # machine misses a few, a wall-clock scheduler would stop: 0, or run an hour's worth)
-    assert 20 <= doc["ticks"] - before["ticks"] <= 90, (before["ticks"], doc["ticks"])
+    doc = before
+    while doc["now"] - before["now"] < 60.0 and a.p.poll() is None:  # a minute of its clock
+        time.sleep(0.2)
+        doc = json.loads(watchdog("status", "--config", str(cfg), "--json").stdout)
+    # sampling goes on at its pace after the step: at most one tick per second of the
+    # agent's clock (a loaded machine runs fewer, coalesced), never none (a wall-clock
+    # scheduler stepped back stops) nor an hour's worth (one stepped forward catches up)
+    ticks, secs = doc["ticks"] - before["ticks"], doc["now"] - before["now"]
+    assert secs >= 60.0 and 0 < ticks <= secs + 2, (ticks, secs)
     sign = 1 if step.startswith("+") else -1
     assert abs(doc["clock_offset_s"] - sign * 3600) < 60, doc["clock_offset_s"]
     assert a.wait(60) == 0, a.log()
@@ -564,9 +585,11 @@ def test_a_silence_added_after_a_clock_step_keeps_its_length(tmp_path: Path) -> 
     store.db.close()
     r = watchdog("silence", "add", "--all", "--for", "2h", "--comment", "maintenance",
                  "--state-dir", str(state))
+    after = time.time()
     assert r.returncode == 0, r.stderr
     (starts, ends), = db_rows(state, "SELECT starts_at, ends_at FROM notify_silences")
-    assert abs(starts - (now + 3600)) < 60 and abs(ends - starts - 7200) < 1
+    # on the agent's timeline (an hour ahead), whenever the command ran
+    assert now + 3600 <= starts <= after + 3600 and abs(ends - starts - 7200) < 1
 
 
 def test_a_stopped_agents_state_is_read_with_the_plain_clock(tmp_path: Path) -> None:
@@ -575,8 +598,9 @@ def test_a_stopped_agents_state_is_read_with_the_plain_clock(tmp_path: Path) -> 
 
     state = tmp_path / "state"
     connect(state).close()  # a stopped agent's state
+    before = time.time()
     r = watchdog("silence", "add", "--all", "--for", "1h", "--comment", "x", "--state-dir",
                  str(state))
     assert r.returncode == 0, r.stderr
     (starts,), = db_rows(state, "SELECT starts_at FROM notify_silences")
-    assert abs(starts - time.time()) < 60
+    assert before <= starts <= time.time()

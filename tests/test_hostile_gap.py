@@ -28,13 +28,14 @@ from watchdog.testing.httpserver import Server
 T0 = 1_750_000_000.0
 
 
-def _agent(clock: ManualClock, sent: list[tuple[str, Incident]]) -> LivePipeline:
+def _agent(clock: ManualClock, sent: list[tuple[str, Incident]],
+           interval: float = 1.0) -> LivePipeline:
     rules = load_rules()
     return LivePipeline(
         lambda now: SimSource.from_spec("sim:healthy", gpus=2, seed=1, start=now),
         lambda src: Detector(rules, host=src.host, devices=src.devices()),
-        clock, spec="sim:healthy", interval=1.0,
-        notifiers=[lambda s, i: sent.append((s, i))], watch_gaps=True)
+        clock, spec="sim:healthy", interval=interval,
+        listeners=[lambda s, i: sent.append((s, i))], watch_gaps=True)
 
 
 def _gap_lines(caplog: pytest.LogCaptureFixture) -> list[str]:
@@ -48,20 +49,20 @@ def test_two_minutes_without_a_tick_are_one_line_and_an_agent_incident(
     caplog.set_level(logging.INFO)
     clock = ManualClock(start=T0)
     sent: list[tuple[str, Incident]] = []
-    p = _agent(clock, sent)
+    p = _agent(clock, sent, interval=5.0)  # 5 s ticks: the 15 min after in 180 ticks
     for _ in range(5):
         p.tick()
-        clock.advance(1.0)
-    clock.advance(119.0)  # held: no tick for 2 min
+        clock.advance(5.0)
+    clock.advance(115.0)  # held: no tick for 2 min
     p.tick()
     (line,) = _gap_lines(caplog)
     assert line.startswith("no tick for 2 min") and "not watched" in line, line
     (fired,) = [(s, i) for s, i in sent if i.kind == "agent"]
     assert fired[0] == "firing" and fired[1].rule == "agent_unwatched"
-    assert "did not run for 2 min (15:06:44Z to 15:08:44Z)" in fired[1].summary
+    assert "did not run for 2 min (15:07:00Z to 15:09:00Z)" in fired[1].summary
     assert fired[1].evidence["unwatched_s"] == pytest.approx(120.0)
-    for _ in range(900):
-        clock.advance(1.0)
+    for _ in range(180):
+        clock.advance(5.0)
         p.tick()
     assert [s for s, i in sent if i.kind == "agent"] == ["firing", "resolved"]
     assert len(_gap_lines(caplog)) == 1

@@ -83,8 +83,8 @@ def test_an_id_only_the_environment_gave_never_joins_a_job_wide_incident(tmp_pat
     inc = Incident(kind="comm_hang", severity="critical", host="n1", gpus=["0"],
                    uuids=["GPU-a"], started_at=0.0, fired_at=1.0, resolved_at=None,
                    rule="comm_hang", summary="hung")
-    fp_claimed, job_claimed = identity(inc, "node", (ja.id, ja.episode if ja.trusted else None))
-    fp_real, _ = identity(inc, "node", (jb.id, jb.episode))
+    fp_claimed, job_claimed = identity(inc, "node", (ja.id, ja.run_id if ja.trusted else None))
+    fp_real, _ = identity(inc, "node", (jb.id, jb.run_id))
     assert fp_real.startswith("job-") and not fp_claimed.startswith("job-")
     assert job_claimed == "4242"  # still said on the page, as what the process claimed
     assert t.status()["jobs"][0].get("from") == "environ" or \
@@ -200,6 +200,7 @@ def test_watchdog_check_shows_a_hostile_gpu_name_escaped(tmp_path: Path) -> None
 
 
 # --- end to end: a hostile job on a real agent ----------------------------------------------
+@pytest.mark.slow
 def test_a_hostile_job_cannot_write_the_page_or_the_status(tmp_path: Path) -> None:
     """identity: a GPU process with SLURM_JOB_ID='<!channel> <http://evil|…>', on a GPU whose
     name holds ESC and a newline and whose UUID holds <!here>: the XID page reaches Slack

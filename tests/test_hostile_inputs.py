@@ -1,10 +1,11 @@
 """Hostile inputs: every input is bounded (size, aliases, ranges, decompressed size).
 
-Each case runs the real command as a subprocess under a time and memory bound
-(``hostile_helpers.run``) and checks what an operator sees: the documented exit code
+Each case runs the real command as a subprocess (``hostile_helpers.run``: a hang guard
+and an address-space ceiling) and checks what an operator sees: the documented exit code
 (2: bad input; ``watchdog check`` says UNKNOWN, 3), exactly one ``watchdog: error:``
-line naming the problem (never a traceback, never "internal error", exit 70), within
-the time bound and far below the unit's ``MemoryMax``. The bad inputs are made here by
+line naming the problem (never a traceback, never "internal error", exit 70). Each case
+states its time and memory budget (``hostile_helpers.budget``: far below the unit's
+``MemoryMax``); ``bench/hostile.py`` measures them, not the tests. The bad inputs are made here by
 tiny generators (an alias bomb is a few hundred bytes; a 400 MB run of zeros is a
 400 KB deflate stream; a 2 GB NUL tail is a sparse file): nothing big is committed or
 written to disk.
@@ -28,36 +29,32 @@ from typing import Any
 
 import numpy as np
 import pytest
-from hostile_helpers import MEMORY_MAX_MB, Outcome, run
+from hostile_helpers import Outcome, budget, run
 
 from watchdog import config
 from watchdog.errors import InputError
 
+# end to end: every case runs the real command as a subprocess (the whole suite and
+# bench/hostile.py run them; `pytest -m "not slow"` leaves them out)
+pytestmark = pytest.mark.slow
+
 LOGS = Path(__file__).parent / "fixtures" / "logs"
 SMALL_LOG = LOGS / "smi_units_in_values.csv"
-#: every refusal stays far below the unit's MemoryMax (a plain replay start-up is ~80 MB)
-RSS_BOUND_MB = MEMORY_MAX_MB / 2
-
-
-@functools.cache
-def start_up_s() -> float:
-    """Wall time of a trivial run (``--version``: interpreter, imports), the best of two."""
-    return min(run(["--version"], timeout=30).wall_s for _ in range(2))
 
 
 def refused(o: Outcome, *words: str, rc: int = 2, work_s: float = 5.0) -> str:
-    """The run ended with ``rc`` and one clear error line holding ``words``, in at most
-    ``work_s`` seconds beyond start-up and far below the memory bound; returns the line."""
-    assert not o.timed_out, f"timed out: {o.stderr[-500:]}"
+    """The run ended with ``rc`` and one clear error line holding ``words``; returns the
+    line. Its budget: ``work_s`` seconds beyond start-up, far below the memory bound
+    (measured by ``bench/hostile.py``)."""
     assert "Traceback" not in o.stderr and "internal error" not in o.stderr, o.stderr[-2000:]
-    assert o.rc == rc, (o.rc, o.stderr[-1000:])
+    assert o.rc == rc, (o.rc, "killed by the hang guard" if o.timed_out else "",
+                        o.stderr[-1000:])
     errors = [x for x in o.stderr.splitlines() if x.startswith("watchdog: error:")]
     assert len(errors) == 1, o.stderr[-2000:]
     line = errors[0]
     for w in words:
         assert w in line, line
-    assert o.wall_s - start_up_s() <= work_s, (o.wall_s, start_up_s())
-    assert o.peak_rss_mb < RSS_BOUND_MB, o.peak_rss_mb
+    budget(o, work_s=work_s)
     return line
 
 
@@ -72,7 +69,7 @@ def alias_bomb(levels: int = 10, key: str = "notify") -> str:
     return "\n".join(out) + "\n"
 
 
-def test_config_alias_bomb_is_refused_in_under_a_second(tmp_path: Path) -> None:
+def test_config_alias_bomb_is_refused(tmp_path: Path) -> None:
     """input: a YAML alias bomb in the config is refused in under a second"""
     bomb = tmp_path / "watchdog.yaml"
     bomb.write_text(alias_bomb())
@@ -508,12 +505,12 @@ def test_csv_with_a_2gb_nul_tail_replays_up_to_it(tmp_path: Path) -> None:
     p = sparse_nul_tail(tmp_path / "crash.csv", SMALL_LOG.read_bytes())
     assert p.stat().st_size > 2 << 30
     o = run(["replay", str(p), "--json"], timeout=30)
-    assert o.rc == 0 and not o.timed_out, o.stderr[-1000:]
+    assert o.rc == 0, o.stderr[-1000:]
     assert "Traceback" not in o.stderr
     warn = [x for x in o.stderr.splitlines() if "NUL" in x]
     assert len(warn) == 1 and "2147483648 NUL bytes at the end ignored" in warn[0], o.stderr
     assert json.loads(o.stdout)["incidents"]  # the log before the crash was read
-    assert o.wall_s - start_up_s() <= 5.0 and o.peak_rss_mb < RSS_BOUND_MB
+    budget(o, work_s=5.0)
 
 
 def test_csv_with_a_dense_nul_tail_replays_up_to_it(tmp_path: Path) -> None:
@@ -527,7 +524,7 @@ def test_csv_with_a_dense_nul_tail_replays_up_to_it(tmp_path: Path) -> None:
             f.write(block)
     o = run(["replay", str(p)], timeout=30)
     assert o.rc == 0 and "NUL bytes at the end ignored" in o.stderr, o.stderr[-1000:]
-    assert o.peak_rss_mb < RSS_BOUND_MB
+    budget(o)
 
 
 def _big_log(repeat: int = 400) -> bytes:
@@ -755,7 +752,7 @@ def test_rule_test_files_are_bounded_together(tmp_path: Path) -> None:
             work_s=1.0)
 
 
-def test_rule_test_at_the_caps_runs_in_bounded_time_and_memory(tmp_path: Path) -> None:
+def test_rule_test_at_the_caps_runs(tmp_path: Path) -> None:
     """input: (control) a rule test at the caps (100 000 samples of one GPU; 1 560 of 64
     GPUs) runs with the shipped rules in about a second and far below the memory bound"""
     p = tmp_path / "t.yaml"
@@ -765,8 +762,7 @@ def test_rule_test_at_the_caps_runs_in_bounded_time_and_memory(tmp_path: Path) -
                  '    allow_extra: true\n')
     o = run(["rules", "test", str(p)], timeout=60)
     assert o.rc == 0 and "2 passed" in o.stdout, o.stdout + o.stderr
-    assert o.wall_s - start_up_s() <= 3.0 and o.peak_rss_mb < RSS_BOUND_MB, (o.wall_s,
-                                                                            o.peak_rss_mb)
+    budget(o, work_s=3.0)
 
 
 def test_no_user_yaml_is_read_around_yamlsafe() -> None:
@@ -897,9 +893,8 @@ def test_an_endless_pipe_is_refused_at_the_cap() -> None:
     lines = [x for x in err.splitlines() if x.startswith("watchdog: error:")]
     assert len(lines) == 1 and "more than 64 MiB" in lines[0], err[-1000:]
     assert "Traceback" not in err
-    assert time.monotonic() - t0 - start_up_s() <= 3.0
     peak_kb = int(err.rsplit("peak-kb ", 1)[1].split()[0])
-    assert peak_kb / 1024.0 < RSS_BOUND_MB, peak_kb
+    budget(work_s=3.0, wall_s=time.monotonic() - t0, peak_rss_mb=peak_kb / 1024.0)
 
 
 # --- a config's simulated node and the command line's --gpus ---------------------------------

@@ -15,6 +15,10 @@ from pathlib import Path
 import pytest
 from hostile_helpers import run
 
+# end to end: every case runs the real command as a subprocess (the whole suite and
+# bench/hostile.py run them; `pytest -m "not slow"` leaves them out)
+pytestmark = pytest.mark.slow
+
 CSV_HEAD = "timestamp, index, power.draw [W], utilization.gpu [%]\n"
 DMON_HEAD = "# gpu   pwr  gtemp    sm\n# Idx     W      C     %\n"
 

@@ -171,7 +171,7 @@ def test_a_flood_of_idle_connections_does_not_starve_the_agent(tmp_path: Path) -
                             failed += 1
                         peak = max(peak, _fds(agent.pid))
                         time.sleep(0.5)
-                assert agent.wait(60) == 0
+                assert agent.wait(60) == 0, log.read_text()[-3000:]
             finally:
                 if agent.poll() is None:
                     agent.kill()

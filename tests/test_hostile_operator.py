@@ -17,6 +17,10 @@ from pathlib import Path
 import pytest
 from hostile_helpers import env
 
+# end to end: every case runs the real command as a subprocess (the whole suite and
+# bench/hostile.py run them; `pytest -m "not slow"` leaves them out)
+pytestmark = pytest.mark.slow
+
 REPO = Path(__file__).resolve().parent.parent
 
 
@@ -576,8 +580,8 @@ def test_a_claim_refused_after_the_start_mutes_and_stops_the_agent(
         first = claims.claim(uuids, {"pid": 4242, "state_dir": "/var/lib/nvml-watchdog"})
         refused: list[Exception] = []
         gpus = GpuClaim({"pid": 1}, wanted=True)
-        gpus.on_refused = refused.append
-        opener = gpus.opener("nvml", SourceOptions(), None)  # NVML did not answer at start
+        # NVML did not answer at start
+        opener = gpus.opener("nvml", SourceOptions(), None, on_refused=refused.append)
         with pytest.raises(SourceUnavailable, match="pid 4242, state /var/lib/nvml-watchdog"):
             opener(0.0)
         assert len(refused) == 1 and gpus.claims is None

@@ -12,6 +12,10 @@ The layers, top to bottom (a module may import its own layer and the ones below)
 4. ``detect``, ``anomaly``, ``notify``, ``sources``, ``store``
 5. the records and helpers every layer shares (``model``, ``incident``, ``catalogue``,
    ``units``, ``errors``, ``clock``, ``logs``, …)
+
+``bench/`` sits above them all: a bench script may import any of the package and its
+sibling scripts (by their plain names: each puts ``bench/`` on its path), the package never
+imports a bench script, and the bench scripts have no import circle among them either.
 """
 
 from __future__ import annotations
@@ -20,6 +24,7 @@ import ast
 from pathlib import Path
 
 PACKAGE = Path(__file__).resolve().parent.parent / "watchdog"
+BENCH = PACKAGE.parent / "bench"
 LAYERS = {"cli": 0, "__main__": 0, "commands": 1, "config": 1, "testing": 1, "service": 2,
           "check": 2, "report": 2, "pipeline": 3, "detect": 4, "anomaly": 4, "notify": 4,
           "sources": 4, "store": 4}
@@ -61,6 +66,29 @@ def imports(mods: dict[str, Path]) -> dict[str, set[str]]:
     return graph
 
 
+def bench_imports() -> dict[str, set[str]]:
+    """``bench.<script>`` -> the bench scripts and watchdog modules it imports anywhere."""
+    mods = modules()
+    scripts = {p.stem for p in BENCH.glob("*.py")}
+    graph: dict[str, set[str]] = {}
+    for p in sorted(BENCH.glob("*.py")):
+        deps: set[str] = set()
+        for node in ast.walk(ast.parse(p.read_text())):
+            names = [a.name for a in node.names] if isinstance(node, ast.Import) else \
+                [node.module or ""] if isinstance(node, ast.ImportFrom) and not node.level \
+                else []
+            for t in names:
+                if t.split(".")[0] in scripts:
+                    deps.add(f"bench.{t.split('.')[0]}")
+                while t and t.startswith("watchdog") and t not in mods:
+                    t = t.rpartition(".")[0]
+                if t in mods:
+                    deps.add(t)
+        deps.discard(f"bench.{p.stem}")
+        graph[f"bench.{p.stem}"] = deps
+    return graph
+
+
 def layer(module: str) -> int:
     parts = module.split(".")
     return LAYERS.get(parts[1], 5) if len(parts) > 1 else 5
@@ -73,8 +101,21 @@ def test_no_module_imports_a_layer_above_its_own() -> None:
     assert up == []
 
 
+def test_the_package_never_imports_a_bench_script() -> None:
+    scripts = {p.stem for p in BENCH.glob("*.py")} | {"bench"}
+    hits = []
+    for name, path in sorted(modules().items()):
+        for node in ast.walk(ast.parse(path.read_text())):
+            names = [a.name for a in node.names] if isinstance(node, ast.Import) else \
+                [node.module or ""] if isinstance(node, ast.ImportFrom) and not node.level \
+                else []
+            hits += [f"{name} imports {t}" for t in names if t.split(".")[0] in scripts]
+    assert hits == []
+
+
 def test_there_are_no_import_circles() -> None:
-    graph = imports(modules())
+    """In watchdog/ and bench/ together."""
+    graph = {**imports(modules()), **bench_imports()}
     # a package importing its own submodules (watchdog.detect -> watchdog.detect.engine) is
     # how a package exposes its API; the submodules importing the package back is a circle
     index: dict[str, int] = {}

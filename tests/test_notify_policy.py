@@ -15,7 +15,7 @@ from watchdog.store import connect
 from watchdog.store.store import Store
 
 T0 = 1_800_000_000.0
-SINKS = {"slack": object(), "pd": object()}
+SINKS: dict[str, float | None] = {"slack": None, "pd": None}  # name -> resend_interval
 
 
 def cfg(**kw: object) -> NotifyConfig:
@@ -139,7 +139,7 @@ def test_a_silence_mutes_until_it_ends(tmp_path: Path) -> None:
     n = [x for x in run(p, T0, T0 + 20) if x.sink == "slack"]
     assert [a.gpus for a in n[0].alerts] == [("5",)]
     assert st.expire_silence(conn, sid, wall + 1)
-    p._silences_at = -1e18  # the policy re-reads silences every 5 s of wall clock
+    p.mute._silences_at = -1e18  # the mute stage re-reads silences every 5 s of wall clock
     later = [x for x in run(p, T0 + 80, T0 + 80) if x.sink == "slack"]
     assert later and "GPU-3" in {u for a in later[0].alerts for u in a.uuids}
 

@@ -53,7 +53,7 @@ def test_real_samples_are_plausible(real):
         assert set(s.values) == set(catalogue.SOURCE_NAMES)  # the agent adds nvml.errors
         v = s.values
         assert 0 <= v["utilization.gpu"] <= 100
-        # an idle H100 with no process reports 0 MiB used (seen on the lent H100)
+        # an idle H100 with no process reports 0 MiB used (seen on a real one)
         assert 0 <= v["memory.used"] <= v["memory.total"]
         assert v["power.draw"] is None or 1 < v["power.draw"] < 2000
         assert 10 < v["temperature.gpu"] < 110

@@ -12,13 +12,13 @@ from watchdog.pipeline.live import LivePipeline
 from watchdog.sources.sim import SimSource
 
 
-def _agent(spec: str, clock: ManualClock, notifiers: list,  # type: ignore[type-arg]
+def _agent(spec: str, clock: ManualClock, listeners: list,  # type: ignore[type-arg]
            store: object = None, step: float = 5.0) -> LivePipeline:
     rules = load_rules()
     agent = LivePipeline(
         lambda now: SimSource.from_spec(spec, gpus=8, seed=1, start=now),
         lambda src: Detector(rules, host=src.host, devices=src.devices()),
-        clock, spec=spec, interval=step, store=store, notifiers=notifiers)
+        clock, spec=spec, interval=step, store=store, listeners=listeners)
     agent.tick()  # opens the source; its first reading
     clock.advance(step)
     return agent
@@ -214,7 +214,7 @@ def _nvml_agent(clock: ManualClock, sent: list, timeout: float = 0.3) -> LivePip
         lambda now: NvmlSource(host="node-a", call_timeout=timeout),
         lambda src: Detector(rules, host=src.host, devices=src.devices()),
         clock, spec="nvml", interval=1.0, host="node-a",
-        notifiers=[lambda s, i: sent.append((s, i))])
+        listeners=[lambda s, i: sent.append((s, i))])
 
 
 @pytest.mark.slow
@@ -302,3 +302,20 @@ def test_the_configured_retention_prunes_resolved_incidents(tmp_path, retention_
     clock.advance(86_400.0)  # the next daily prune, the incidents a day old
     agent.tick()
     assert store.db.run(lambda c: c.execute(resolved).fetchone()[0]) == (before if kept else 0)
+def test_the_live_detector_forgets_engagements_long_over(monkeypatch: pytest.MonkeyPatch
+                                                         ) -> None:
+    """A long-running agent keeps only recent rule engagements (a healthy node's
+    checkpoints engage rules ~30 times an hour: kept for ever, every tick searched them)."""
+    from watchdog.pipeline import live
+
+    monkeypatch.setattr(live, "ENGAGED_KEEP_S", 300.0)
+    clock = ManualClock(start=1_750_000_000.0)
+    agent = _agent("sim:healthy", clock, [])
+    seen: set[object] = set()
+    for _ in range(40 * 12):  # 40 min: two checkpoints' engagements
+        agent.tick()
+        clock.advance(5.0)
+        seen |= set(agent.detector.engaged._episodes)
+    e = agent.detector.engaged
+    assert len(seen) > len(e._episodes) > 0
+    assert all(end > e.until - 2 * 300.0 for end in e._episodes.values())

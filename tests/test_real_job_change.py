@@ -1,5 +1,5 @@
 """The shipped rules on a real H100's job change (tests/fixtures/real-gpu/h100-job-change,
-recorded on a lent GPU): quiet as logged, stripped of the limit, clocks, reason bits, memory
+recorded on one): quiet as logged, stripped of the limit, clocks, reason bits, memory
 total and name, and thinned to 10 and 60 s; a hung collective written in 22 s into the
 second job is found in time (or, stripped, the replay says it cannot judge yet); a stall
 there is said, not judged: 22 s of a job cannot tell a stall from a pause in work that

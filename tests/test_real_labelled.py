@@ -294,7 +294,7 @@ def test_an_upgraded_node_with_a_wrong_stored_busy_level_pages_a_hang_under_way(
         lambda now: SimSource.from_spec(spec, gpus=2, seed=3, start=now),
         lambda src: build_detector(rules, host=src.host, devices=src.devices(), mode="live"),
         clock, spec=spec, interval=5.0, store=store,
-        notifiers=[lambda s, i: sent.append((s, i))])
+        listeners=[lambda s, i: sent.append((s, i))])
     with caplog.at_level("WARNING", logger="watchdog.agent"):
         for _ in range(int(10 * 60 / 5)):
             agent.tick()

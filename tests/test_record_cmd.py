@@ -137,7 +137,7 @@ def test_output_in_missing_folder(tmp_path: Path, capsys) -> None:
 def test_a_signal_ends_a_live_recording_cleanly(tmp_path: Path, how: str) -> None:
     """``timeout``/``kill``/systemd stop with SIGTERM, and a recorder in a script's background
     inherits SIGINT ignored: either way the samples so far are written (the last chunk
-    included, here the only one), the summary printed, exit 0. Seen on a lent H100: a
+    included, here the only one), the summary printed, exit 0. Seen on a real H100: a
     background ``watchdog record`` ignored ``kill -INT`` and its chunk was never written."""
     import os
     import signal

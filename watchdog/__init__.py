@@ -5,4 +5,4 @@ The import name is ``watchdog``; the distribution is ``nvml-watchdog`` (the PyPI
 virtual environment).
 """
 
-__version__ = "0.1.0"
+__version__ = "0.2.0"

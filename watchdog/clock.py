@@ -17,6 +17,11 @@ class Clock(Protocol):
         """Current time, POSIX seconds."""
         ...
 
+    def real(self) -> float:
+        """Real time on the same timeline (what silences, retries and outbox rows use):
+        ``now()`` itself but for a simulated node running faster than real time."""
+        ...
+
     def sleep_until(self, t: float) -> None:
         """Block (or, for a manual clock, jump) until time ``t``."""
         ...
@@ -75,6 +80,9 @@ class ManualClock:
         self.t = float(start)
 
     def now(self) -> float:
+        return self.t
+
+    def real(self) -> float:
         return self.t
 
     def sleep_until(self, t: float) -> None:

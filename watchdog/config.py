@@ -30,13 +30,19 @@ else, and both must mean the same files (:func:`beside`).
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING
 
 from watchdog.errors import InputError
 from watchdog.paths import beside
+from watchdog.service.config import Config, Record
 from watchdog.units import duration_in, format_duration, number_in, parse_duration
+from watchdog.untyped import JsonDoc
+
+if TYPE_CHECKING:
+    from watchdog.untyped import Json
+
+__all__ = ["RANGES", "Config", "Record", "load"]
 
 DAY = 86_400.0
 HOUR = 3600.0
@@ -58,44 +64,6 @@ MAX_RULE_PATHS = 1000
 MAX_HOST = 253
 
 
-@dataclass(frozen=True, slots=True)
-class Record:
-    """Continuous recording: ``dir`` for the hourly ``.wdrec`` files, ``keep_s`` (s)."""
-
-    dir: str
-    keep_s: float = 7 * DAY
-
-
-@dataclass(frozen=True, slots=True)
-class Config:
-    """Daemon settings. ``interval`` is the sampling period in seconds of the clock.
-
-    ``path`` is the file it came from (None: built-in defaults, no config given).
-    ``lines`` maps each top-level key to its line in the file (for later errors).
-    """
-
-    source: str = "nvml"
-    interval: float = 1.0
-    rules: tuple[str, ...] = ()
-    host: str | None = None
-    state_dir: str | None = None
-    speed: float = 1.0
-    sim_gpus: int = 8
-    sim_model: str = "h100-sxm"
-    sim_seed: int = 0
-    metrics_listen: str | None = None
-    record: Record | None = None
-    retention_s: float = 90 * DAY
-    call_timeout: float = 2.0
-    notify: Any = None  # watchdog.notify.config.NotifyConfig when the file has notify:
-    model: Any = None
-    runbook_url: str | None = None
-    job: Any = None  # watchdog.service.jobs.JobConfig: overrides the job the node reads
-    slurm: Any = None  # watchdog.service.slurm.SlurmConfig: drain and resume the node
-    path: str | None = None
-    lines: dict[str, int] = field(default_factory=dict)
-
-
 _KEYS = {"source", "interval", "rules", "host", "state_dir", "speed", "sim_gpus",
          "sim_model", "sim_seed", "metrics", "record", "retention", "call_timeout",
          "notify", "model", "runbook_url", "job", "slurm"}
@@ -105,7 +73,7 @@ _KEYS = {"source", "interval", "rules", "host", "state_dir", "speed", "sim_gpus"
 _MODEL_WORDS = ("auto", "none", "off", "")
 
 
-def _paths(out: dict[str, Any], p: Path) -> None:
+def _paths(out: JsonDoc, p: Path) -> None:
     """Resolve the paths of the settings in ``out`` against the config file ``p``."""
     if out.get("state_dir"):
         out["state_dir"] = beside(out["state_dir"], p)
@@ -138,7 +106,7 @@ def load(path: str | Path) -> Config:
     if not isinstance(data, dict):
         raise InputError(f"{p}: expected a mapping of settings at the top level")
     lines = {k.value: k.start_mark.line + 1 for k, _ in node.value} if node else {}
-    out: dict[str, Any] = {"path": str(p), "lines": lines}
+    out: JsonDoc = {"path": str(p), "lines": lines}
     for key, value in data.items():
         at = f"{p}:{lines.get(key, '?')}"
         if key not in _KEYS:
@@ -210,7 +178,7 @@ def _check_sim(cfg: Config, p: str, lines: dict[str, int]) -> None:
     raise InputError(f"{p}:{lines.get('source', '?')}: {msg}") from None
 
 
-def _duration(value: Any, at: str, key: str) -> float:
+def _duration(value: Json, at: str, key: str) -> float:
     lo, hi = RANGES[key]
     if parse_duration(str(value), what=f"{at}: {key}") <= 0:
         raise InputError(f"{at}: {key} must be positive ({format_duration(lo)} to "
@@ -218,7 +186,7 @@ def _duration(value: Any, at: str, key: str) -> float:
     return duration_in(value, lo, hi, what=f"{at}: {key}")
 
 
-def _metrics(value: Any, at: str) -> str | None:
+def _metrics(value: Json, at: str) -> str | None:
     from watchdog.service.metrics import parse_listen
 
     if value is None or value is False:
@@ -230,7 +198,7 @@ def _metrics(value: Any, at: str) -> str | None:
     return listen
 
 
-def _coerce(key: str, value: Any, at: str) -> Any:
+def _coerce(key: str, value: Json, at: str) -> Json:
     if key in ("interval", "call_timeout"):
         return _duration(value, at, key)
     if key == "rules":

@@ -10,15 +10,48 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
-from typing import Any
 
-KINDS: tuple[str, ...] = (
-    "comm_hang", "stall", "thermal_throttle", "hw_slowdown", "memory_pressure", "gpu_lost",
-    "xid", "ecc", "pcie_degraded", "nvlink_errors", "straggler", "anomaly", "nvml_error",
-    "agent",
+from watchdog.untyped import Json, JsonDoc
+
+
+@dataclass(frozen=True, slots=True)
+class Kind:
+    """One incident kind and how the parts of the product treat it. :data:`KIND_LIST` is
+    the one list of kinds: every other list is derived from it, so a new kind is one entry
+    here plus its runbook page (``docs/runbooks/<kind>.md``) and its docs."""
+
+    name: str
+    colour: str  # its shade in ``replay --plot`` (a matplotlib colour)
+    hardware: bool = False  # a fault of the GPU itself: the ``watchdog_gpu_fault`` gauge
+    job_wide: bool = False  # a whole job shows it at once: one page per job, not per node
+    gauge: str | None = None  # its own per-GPU 0/1 gauge on /metrics (fleet rules read it)
+    gauge_help: str = ""  # that gauge's HELP text
+    own: bool = False  # raised by the agent about itself, never by a rule
+
+
+KIND_LIST: tuple[Kind, ...] = (
+    Kind("comm_hang", "#d62728", job_wide=True, gauge="watchdog_gpu_hang",
+         gauge_help="1 while the GPU is in a firing comm_hang incident (a hung collective, "
+                    "after the node's learned wait)."),
+    Kind("stall", "#ff7f0e", job_wide=True, gauge="watchdog_gpu_stall",
+         gauge_help="1 while the GPU is in a firing stall incident."),
+    Kind("thermal_throttle", "#e377c2", hardware=True),
+    Kind("hw_slowdown", "#9467bd", hardware=True),
+    Kind("memory_pressure", "#8c564b"),
+    Kind("gpu_lost", "#000000", hardware=True),
+    Kind("xid", "#7f7f7f", hardware=True),
+    Kind("ecc", "#bcbd22", hardware=True),
+    Kind("pcie_degraded", "#17becf", hardware=True),
+    Kind("nvlink_errors", "#1f77b4", hardware=True),
+    Kind("straggler", "#2ca02c"),
+    Kind("anomaly", "#aec7e8"),
+    Kind("nvml_error", "#333333", hardware=True),
+    Kind("agent", "#333333", own=True),
 )
+KINDS: tuple[str, ...] = tuple(k.name for k in KIND_LIST)
+KIND: dict[str, Kind] = {k.name: k for k in KIND_LIST}
 #: kinds the agent raises about itself, never a rule (a rule file naming one is refused)
-OWN_KINDS: tuple[str, ...] = ("agent",)
+OWN_KINDS: tuple[str, ...] = tuple(k.name for k in KIND_LIST if k.own)
 SEVERITIES: tuple[str, ...] = ("info", "warning", "critical")
 
 
@@ -49,7 +82,7 @@ class Incident:
     resolved_at: float | None
     rule: str
     summary: str
-    evidence: dict[str, Any] = field(default_factory=dict)
+    evidence: JsonDoc = field(default_factory=dict)
     labels: dict[str, str] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
@@ -62,7 +95,7 @@ class Incident:
     def active(self) -> bool:
         return self.resolved_at is None
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> JsonDoc:
         """The JSON object DESIGN.md specifies (times as ISO 8601 strings)."""
         return {
             "kind": self.kind,
@@ -75,21 +108,21 @@ class Incident:
             "resolved_at": iso(self.resolved_at),
             "rule": self.rule,
             "summary": self.summary,
-            "evidence": _jsonable(self.evidence),
+            "evidence": jsonable(self.evidence),
             "labels": dict(self.labels),
         }
 
 
-def _jsonable(v: Any) -> Any:
+def jsonable(v: Json) -> Json:
     """Make evidence JSON-safe: NaN -> None, numpy scalars -> Python numbers."""
     if isinstance(v, dict):
-        return {str(k): _jsonable(x) for k, x in v.items()}
+        return {str(k): jsonable(x) for k, x in v.items()}
     if isinstance(v, list | tuple):
-        return [_jsonable(x) for x in v]
+        return [jsonable(x) for x in v]
     if isinstance(v, float):
         return None if v != v else round(v, 6)
     if hasattr(v, "item") and callable(v.item):  # numpy scalar
-        return _jsonable(v.item())
+        return jsonable(v.item())
     return v
 
 

@@ -35,6 +35,7 @@ import numpy as np
 from numpy.lib import format as npformat
 
 from watchdog.errors import InputError
+from watchdog.untyped import Array, DType
 
 MAX_HEADER = 10_000  # bytes of one .npy header (numpy's own default cap)
 _STEP = 1 << 20
@@ -49,7 +50,7 @@ class Member:
     """One ``.npy`` member as declared: ``name`` without ``.npy``."""
 
     name: str
-    dtype: np.dtype
+    dtype: DType
     shape: tuple[int, ...]
     fortran: bool
     nbytes: int  # data bytes: prod(shape) * itemsize
@@ -140,7 +141,7 @@ class Archive:
                              f"{info.file_size - header} (damaged)")
         return Member(name[:-4], dtype, shape, bool(fortran), nbytes, info, header)
 
-    def read(self, name: str) -> np.ndarray:
+    def read(self, name: str) -> Array:
         """The array ``name``: exactly its declared bytes, decompressed in bounded steps."""
         m = self.members[name]
         buf = bytearray(m.nbytes)

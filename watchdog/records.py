@@ -16,7 +16,8 @@ This module is on the ``watchdog check`` start-up path: standard library only.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any
+
+from watchdog.untyped import JsonDoc
 
 
 @dataclass(frozen=True, slots=True)
@@ -49,14 +50,14 @@ class DeviceInfo:
     pcie_max_width: int | None = None
     gpm_supported: bool | None = None
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self) -> JsonDoc:
         """Plain dict (JSON-ready)."""
-        return {f: getattr(self, f) for f in self.__slots__}  # type: ignore[attr-defined]
+        return {f: getattr(self, f) for f in self.__slots__}
 
     @classmethod
-    def from_dict(cls, d: dict[str, Any]) -> DeviceInfo:
+    def from_dict(cls, d: JsonDoc) -> DeviceInfo:
         """Inverse of :meth:`to_dict`; unknown keys are ignored (newer recordings)."""
-        known = set(cls.__slots__)  # type: ignore[attr-defined]
+        known = set(cls.__slots__)
         return cls(**{k: v for k, v in d.items() if k in known})
 
 
@@ -86,10 +87,10 @@ class ProcessInfo:
     # what was read and dropped (a SLURM_JOB_ID that is not digits...), for `status`
     job_note: str | None = None
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self) -> JsonDoc:
         """Plain dict; the run, Kubernetes and provenance fields only where known
         (recordings of Slurm or bare-metal nodes stay as they were)."""
-        return {f: v for f in self.__slots__  # type: ignore[attr-defined]
+        return {f: v for f in self.__slots__
                 if (v := getattr(self, f)) is not None or f not in _OPTIONAL_JOB_FIELDS}
 
 
@@ -112,8 +113,8 @@ class XidEvent:
     source: str = "nvml"
     message: str | None = None
 
-    def to_dict(self) -> dict[str, Any]:
-        return {f: getattr(self, f) for f in self.__slots__}  # type: ignore[attr-defined]
+    def to_dict(self) -> JsonDoc:
+        return {f: getattr(self, f) for f in self.__slots__}
 
 
 @dataclass(slots=True)

@@ -103,12 +103,13 @@ def number_in(value: object, lo: float, hi: float, *, what: str, integer: bool =
         shown = repr(value) if len(repr(value)) <= 40 else repr(value)[:36] + "…"
         raise InputError(f"{what}: {shown} is not {kind} "
                          f"({_range(lo, hi, lo_open)})")
-    if not integer and not math.isfinite(float(value)):  # type: ignore[arg-type]
+    assert isinstance(value, int | float)  # checked above
+    if not integer and not math.isfinite(value):
         raise InputError(f"{what}: {value!r} is not a finite number ({_range(lo, hi, lo_open)})")
-    v = float(value) if not integer else value  # type: ignore[arg-type]
+    v = float(value) if not integer else value
     if (v <= lo if lo_open else v < lo) or v > hi:
         raise InputError(f"{what}: {value!r} is out of range ({_range(lo, hi, lo_open)})")
-    return v  # type: ignore[return-value]
+    return v
 
 
 def _range(lo: float, hi: float, lo_open: bool) -> str:

@@ -30,9 +30,14 @@ from __future__ import annotations
 import os
 import stat
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING
 
 from watchdog.errors import InputError
+
+if TYPE_CHECKING:
+    import yaml
+
+    from watchdog.untyped import Json
 
 #: The largest YAML file read (bytes).
 MAX_BYTES = 1 << 20
@@ -88,7 +93,7 @@ def read_text(path: str | os.PathLike[str], what: str = "config") -> str:
         raise InputError(f"{p}:{line}: {what} is not UTF-8 text") from None
 
 
-def compose(text: str, where: str) -> Any:
+def compose(text: str, where: str) -> yaml.Node | None:
     """The node graph of ``text`` (None for an empty document) after :func:`check`;
     ``where`` (the file name) starts every message."""
     import yaml
@@ -115,7 +120,7 @@ def compose(text: str, where: str) -> Any:
         raise InputError(f"{where}: YAML nested too deeply") from None
 
 
-def check(text: str, where: str, loader: Any = None) -> None:
+def check(text: str, where: str, loader: type[yaml.SafeLoader] | None = None) -> None:
     """Walk the YAML events of ``text`` once and refuse it (:class:`InputError`) beyond
     :data:`MAX_NODES` expanded nodes, :data:`MAX_ALIASES` aliases, :data:`MAX_DEPTH`
     levels, or for a recursive alias. A YAML syntax error is raised as ``YAMLError``."""
@@ -158,7 +163,7 @@ def check(text: str, where: str, loader: Any = None) -> None:
                              f"{MAX_NODES} nodes (aliases included): refused (an alias bomb?)")
 
 
-def construct(node: Any, where: str) -> Any:
+def construct(node: yaml.Node | None, where: str) -> Json:
     """Plain Python data (dicts, lists, scalars) from a node graph :func:`compose` gave."""
     import yaml
 
@@ -175,23 +180,24 @@ def construct(node: Any, where: str) -> Any:
             from None
 
 
-def load(text: str, where: str) -> tuple[Any, Any]:
+def load(text: str, where: str) -> tuple[yaml.Node | None, Json]:
     """``(node graph, plain data)`` of ``text`` (both None for an empty document)."""
     node = compose(text, where)
     return node, construct(node, where)
 
 
-def load_file(path: str | os.PathLike[str], what: str = "config") -> tuple[Any, Any]:
+def load_file(path: str | os.PathLike[str], what: str = "config"
+              ) -> tuple[yaml.Node | None, Json]:
     """:func:`read_text` then :func:`load`: ``(node graph, plain data)`` of the file."""
     return load(read_text(path, what), str(Path(path)))
 
 
-def _line(e: Any) -> str:
+def _line(e: yaml.YAMLError) -> str:
     mark = getattr(e, "start_mark", None)
     return str(mark.line + 1) if mark is not None else "?"
 
 
-def _message(e: Any, where: str) -> str:
+def _message(e: yaml.YAMLError, where: str) -> str:
     mark = getattr(e, "problem_mark", None)
     line = f":{mark.line + 1}" if mark else ""
     problem = getattr(e, "problem", None) or (str(e).splitlines() or [type(e).__name__])[0]

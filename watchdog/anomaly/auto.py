@@ -92,8 +92,8 @@ class DaemonModel:
         self.settings = settings
         self.state_file = state_file
         self.interval = interval
-        self._gpu_model = gpu_model or (lambda: self._gpu_name)
         self._gpu_name = "unknown"
+        self._gpu_model = gpu_model or (lambda: self._gpu_name)
         self.stage = AnomalyStage(None, host or "localhost", interval)
         self.state = "starting"
         self.error: str | None = None

@@ -55,6 +55,7 @@ def dumps(model: Model) -> bytes:
             else np.zeros((0, 2))).astype(np.float64)
     buf = io.BytesIO()
     f = model.forest
+    assert model.lo is not None and model.hi is not None and model.unit is not None
     np.savez_compressed(buf, feature=f.feature.astype(np.int32), threshold=f.threshold,
                         left=f.left.astype(np.int32), right=f.right.astype(np.int32),
                         leaf_path=f.leaf_path, fill=model.fill, center=model.center,
@@ -258,7 +259,8 @@ def _build(a: dict[str, np.ndarray], meta: dict[str, Any], where: str,
                       base_uuids=tuple(base_uuids), base_coef=coef.astype(np.float64))
     except (KeyError, TypeError, ValueError):
         raise ModelFileError(f"{where}: incomplete metadata") from None
-    if (not 0 < forest.max_depth <= 64 or not forest.norm > 0 or not (model.unit > 0).all()
+    if (not 0 < forest.max_depth <= 64 or not forest.norm > 0
+            or model.unit is None or not bool(np.all(model.unit > 0))
             or not model.step > 0 or not model.window > 0):
         raise ModelFileError(f"{where}: implausible tree depth, normaliser, step or window")
     return model

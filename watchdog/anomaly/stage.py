@@ -121,6 +121,7 @@ class AnomalyStage:
         self.rows.append((now, self._with_ceilings(vals)))
         if self._judge_now(now, len(self.rows)):
             feats = self.window()
+            assert feats is not None  # a full window: _judge_now said so
             self.latest = (now, feats)
             self._due.append((now, self.uuids, self.index, feats))
 
@@ -211,8 +212,8 @@ class AnomalyStage:
             scores = np.full(len(flat), np.nan)
             if ok.any():
                 scores[ok] = model.scores(flat[ok])
-            scores = scores.reshape(stack.shape[:2])
-            for (t, uuids, index, f), s in zip(done, scores, strict=True):
+            per_gpu = scores.reshape(stack.shape[:2])
+            for (t, uuids, index, f), s in zip(done, per_gpu, strict=True):
                 judged, s, skip = self.gate.step(t, uuids, f, s, engaged.at(t))
                 out += self.runner.step(t, uuids, index, judged, skip, s, raw=f)
             for at, line in self.gate.events:

@@ -403,7 +403,7 @@ class Gate:
         if not lag.any():
             return raw
         out = raw.copy()
-        out[np.ix_(lag, [F.INDEX[f] for f in LAG])] = np.nan
+        out[np.ix_(lag, np.array([F.INDEX[f] for f in LAG]))] = np.nan
         return out
 
     def _lagging(self, t: float, uuids: Sequence[str], feats: np.ndarray) -> np.ndarray:

@@ -18,14 +18,14 @@ import json
 import os
 import sqlite3
 from pathlib import Path
-from typing import Any
 
 from watchdog.check.verdict import Problem, Status, Verdict
+from watchdog.untyped import JsonDoc
 
 SEVERITY = {"critical": Status.CRITICAL, "warning": Status.WARNING}
 
 
-def read_doc(state_dir: Path) -> tuple[dict[str, Any] | None, float | None, str | None]:
+def read_doc(state_dir: Path) -> tuple[JsonDoc | None, float | None, str | None]:
     """``(status document, when written, why not)`` of the agent on ``state_dir``."""
     from watchdog.errors import InputError
     from watchdog.store import connect, runtime

@@ -25,11 +25,16 @@ from __future__ import annotations
 import argparse
 import socket
 from dataclasses import replace
-from typing import Any
+from typing import TYPE_CHECKING
 
 from watchdog.check.judge import Problem, Status, Verdict, judge
 from watchdog.check.probe import Burst, burst_live, burst_recorded
 from watchdog.clock import Clock, ManualClock, WallClock
+
+if TYPE_CHECKING:
+    from watchdog.detect import RuleSet
+    from watchdog.sources import SourceOptions
+    from watchdog.sources.base import LiveSource
 
 HEALTHY_AT_S = 600.0
 """Default judged moment (s after start) of a simulated node without faults: past job
@@ -55,7 +60,7 @@ WARMUP_STEP_S = 1.0
 discarded): the simulator keeps state (temperatures, counters) that needs a history."""
 
 
-def default_at(source: Any) -> float:
+def default_at(source: LiveSource) -> float:
     """Seconds after a simulated node's start at which its last injected fault shows.
 
     From ``source.ground_truth()`` (faults with ``kind``, ``onset`` and ``end`` in POSIX
@@ -75,7 +80,8 @@ def default_at(source: Any) -> float:
     return max(ats) if ats else HEALTHY_AT_S
 
 
-def probe(args: argparse.Namespace, options: Any, clock: Clock | None = None) -> Verdict:
+def probe(args: argparse.Namespace, options: SourceOptions, clock: Clock | None = None
+          ) -> Verdict:
     """Open the source named by ``args.source`` (with ``options``, the command line's
     :class:`~watchdog.sources.SourceOptions`), collect one burst and judge it.
 
@@ -122,7 +128,7 @@ def _out_of_range(option: str, value: float, lo: float, hi: float, why: str = ""
                      f"({format_duration(lo)} to {format_duration(hi)}){why}")
 
 
-def _sim_burst(args: argparse.Namespace, options: Any) -> tuple[Burst, float]:
+def _sim_burst(args: argparse.Namespace, options: SourceOptions) -> tuple[Burst, float]:
     from watchdog.sources import open_live
 
     now = WallClock().now()
@@ -150,7 +156,7 @@ def _sim_burst(args: argparse.Namespace, options: Any) -> tuple[Burst, float]:
     return burst, clock.now()
 
 
-def _rules(args: argparse.Namespace) -> Any:
+def _rules(args: argparse.Namespace) -> RuleSet:
     """The rule set (``--rules``, else the shipped rules) with the engine imported, loaded
     once per probe: between the first and second live reading when there is a wait."""
     cached = getattr(args, "_rule_set", None)

@@ -19,11 +19,11 @@ simulated time for ``sim``, the last timestamp of a log.
 from __future__ import annotations
 
 import json
-from typing import Any
 
 from watchdog import reasons
 from watchdog.check.judge import RANK, GpuVerdict, Problem, Verdict
 from watchdog.incident import iso
+from watchdog.untyped import JsonDoc
 
 
 def _num(v: float | None) -> float | int | None:
@@ -33,13 +33,13 @@ def _num(v: float | None) -> float | int | None:
     return int(v) if float(v).is_integer() else round(float(v), 3)
 
 
-def problem_json(p: Problem) -> dict[str, Any]:
+def problem_json(p: Problem) -> JsonDoc:
     return {"severity": p.severity.name, "gpu": p.gpu, "uuid": p.uuid, "check": p.check,
             "message": p.message}
 
 
-def gpu_json(g: GpuVerdict) -> dict[str, Any]:
-    metrics: dict[str, Any] = {}
+def gpu_json(g: GpuVerdict) -> JsonDoc:
+    metrics: JsonDoc = {}
     mask = None
     if g.last is not None:
         metrics = {k: _num(v) for k, v in sorted(g.last.values.items())}
@@ -61,7 +61,7 @@ def gpu_json(g: GpuVerdict) -> dict[str, Any]:
     }
 
 
-def to_dict(v: Verdict) -> dict[str, Any]:
+def to_dict(v: Verdict) -> JsonDoc:
     """The JSON object for a verdict (see the module docstring for the shape)."""
     return {
         "status": v.status.name,

@@ -37,7 +37,14 @@ import argparse
 import json
 import sys
 import time
-from typing import Any
+from typing import TYPE_CHECKING
+
+from watchdog.untyped import JsonDoc
+
+if TYPE_CHECKING:
+    import sqlite3
+
+    from watchdog.notify.base import Alert
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -65,7 +72,7 @@ def run(args: argparse.Namespace) -> int:
     return run_alerts(args)
 
 
-def agent_now(conn: Any, wall: float) -> float:
+def agent_now(conn: sqlite3.Connection, wall: float) -> float:
     """The agent's clock now, for "how long": the wall clock, except for a simulated node
     whose clock runs ahead of it (``--speed``), where it is the simulated time of the
     agent's last status (or of its stop)."""
@@ -81,7 +88,7 @@ def agent_now(conn: Any, wall: float) -> float:
     return wall
 
 
-def listing_line(state: str, a: Any, now: float, hold: float | None) -> str:
+def listing_line(state: str, a: Alert, now: float, hold: float | None) -> str:
     """One alert of ``watchdog alerts``: the state once, then what, where and how long.
 
     ``FIRING    CRITICAL comm_hang on node7, GPUs 0-7, for 12 min``
@@ -124,7 +131,7 @@ def run_alerts(args: argparse.Namespace) -> int:
                   "run with them yet", file=sys.stderr)
             return 0
         # one pass over the outbox: which notifications carried which fingerprint
-        sends_of: dict[str, list[dict[str, Any]]] = {}
+        sends_of: dict[str, list[JsonDoc]] = {}
         keys = ("sink", "reason", "state", "attempts", "last_error", "sent_at")
         for *row, doc in conn.execute("SELECT sink, reason, state, attempts, last_error, "
                                       "sent_at, doc FROM notify_outbox ORDER BY id"):
@@ -146,7 +153,7 @@ def run_alerts(args: argparse.Namespace) -> int:
                            "headline": render.headline(a, now)})
             lines.append(listing_line(state, a, now, hold))
         silences = [silence_json(s, wall) for s in st.silences(conn, wall)]
-        sinks: dict[str, Any] = {}
+        sinks: JsonDoc = {}
         for sink, state, n, last in conn.execute(
                 "SELECT sink, state, COUNT(*), MAX(COALESCE(sent_at, created_at)) FROM "
                 "notify_outbox GROUP BY sink, state"):
@@ -168,9 +175,9 @@ def run_alerts(args: argparse.Namespace) -> int:
 
     if not alerts:
         print("no alerts")
-    for a, line in zip(alerts, lines, strict=True):
-        print(one_line(f"{line}  [{a['fingerprint']}]"))
-        for n in a["notifications"]:
+    for doc, line in zip(alerts, lines, strict=True):
+        print(one_line(f"{line}  [{doc['fingerprint']}]"))
+        for n in doc["notifications"]:
             err = f" ({n['last_error']})" if n["last_error"] else ""
             print(one_line(f"    {n['sink']:12} {n['reason']:8} {n['state']}{err}"))
     for name, d in sorted(sinks.items()):

@@ -8,10 +8,13 @@ from __future__ import annotations
 
 import argparse
 import sys
-from typing import NoReturn
+from typing import TYPE_CHECKING, NoReturn
 
 from watchdog.check.modes import CATEGORIES, MODES
 from watchdog.commands.common import add_source_args
+
+if TYPE_CHECKING:
+    from watchdog.check.verdict import Verdict
 
 EPILOG = """\
 exit codes (Nagios plugin convention; usable as a Slurm HealthCheckProgram, an NHC check
@@ -120,20 +123,20 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                        help="--agent: the agent's state directory")
     sched.add_argument("--config", metavar="FILE",
                        help="--agent: the agent's config (for its state_dir)")
-    p.error = _unknown_error.__get__(p)  # type: ignore[method-assign]
+    p.error = _unknown_error.__get__(p)
     known = p.parse_known_args
 
     def strict(args=None, namespace=None):  # unknown options: our exit 3, not the top's 2
         words = sys.argv[1:] if args is None else list(args)
         p._mode = _mode_in(words)
         # --json (or an abbreviation argparse accepts) anywhere: a usage error is JSON too
-        p._wants_json = any(len(w) >= 3 and "--json".startswith(w) for w in words)  # type: ignore[attr-defined]
+        p._wants_json = any(len(w) >= 3 and "--json".startswith(w) for w in words)
         ns, extras = known(args, namespace)
         if extras:
             p.error(f"unrecognized arguments: {' '.join(extras)}")
         return ns, []
 
-    p.parse_known_args = strict  # type: ignore[method-assign]
+    p.parse_known_args = strict
     p.set_defaults(func=run)
 
 
@@ -208,7 +211,7 @@ def run(args: argparse.Namespace) -> int:
     return modes.exit_code(verdict, args.mode, args.category)
 
 
-def _agent(args: argparse.Namespace) -> object:
+def _agent(args: argparse.Namespace) -> Verdict:
     """The verdict of the agent whose state directory the options name."""
     from watchdog.check import agent
     from watchdog.clock import WallClock

@@ -5,11 +5,17 @@ from __future__ import annotations
 import argparse
 import sys
 from collections.abc import Iterable
-from typing import Any
+from typing import TYPE_CHECKING
 
 from watchdog.errors import InputError
 from watchdog.sources import SourceOptions
 from watchdog.units import check_tz
+from watchdog.untyped import JsonDoc
+
+if TYPE_CHECKING:
+    from pathlib import Path
+
+    from watchdog.store.locate import Found
 
 
 def add_source_args(p: argparse.ArgumentParser, default: str | None = "nvml",
@@ -45,14 +51,24 @@ def gpu_model_arg(args: argparse.Namespace) -> str | None:
         return args.gpu_model  # real GPUs loads no simulator)
     from watchdog.sources.sim.models import MODELS
 
-    if old not in MODELS:
+    if not old_gpu_model(old):
         raise InputError(f"--model {old}: this command takes no anomaly model; the "
                          f"simulated GPU type is --gpu-model ({' | '.join(MODELS)})")
-    print(f"watchdog: note: --model {old} is deprecated for the simulated GPU type; "
-          f"use --gpu-model {old}", file=sys.stderr)
     if args.gpu_model not in (None, old) and args.gpu_model != "h100-sxm":
         raise InputError(f"--model {old} and --gpu-model {args.gpu_model} disagree")
     return old
+
+
+def old_gpu_model(value: str | None) -> bool:
+    """Whether ``--model VALUE`` is the old spelling of ``--gpu-model`` (a simulated GPU
+    type, not an anomaly model); says so on stderr, once per command, if it is."""
+    from watchdog.sources.sim.models import MODELS
+
+    if value not in MODELS:
+        return False
+    print(f"watchdog: note: --model {value} is deprecated for the simulated GPU type; "
+          f"use --gpu-model {value}", file=sys.stderr)
+    return True
 
 
 def add_tz_arg(p: argparse.ArgumentParser) -> None:
@@ -100,7 +116,7 @@ def source_options(args: argparse.Namespace) -> SourceOptions:
 
 # --- the state directory and silences, for status, alerts and silence -------------------
 
-def service_state(args: argparse.Namespace) -> tuple[Any, str | None]:
+def service_state(args: argparse.Namespace) -> tuple[Found, str | None]:
     """``(found, config error)``: the state directory ``status``, ``alerts`` and
     ``silence`` act on (:func:`watchdog.store.locate.find`: ``--state-dir``, the config's
     ``state_dir:``, or where the service keeps it; never a new, unread one), and why the
@@ -136,12 +152,12 @@ def _readable_file(path: str) -> bool:
     return os.path.isfile(path) and os.access(path, os.R_OK)
 
 
-def state_dir(args: argparse.Namespace) -> Any:
+def state_dir(args: argparse.Namespace) -> Path:
     """The state directory of :func:`service_state`."""
     return service_state(args)[0].path
 
 
-def with_times(d: dict[str, Any], keys: Iterable[str]) -> dict[str, Any]:
+def with_times(d: JsonDoc, keys: Iterable[str]) -> JsonDoc:
     """``d`` with each time in ``keys`` as ISO 8601 with zone and as ``<key>_epoch``."""
     from watchdog.incident import iso
 
@@ -153,21 +169,21 @@ def with_times(d: dict[str, Any], keys: Iterable[str]) -> dict[str, Any]:
     return out
 
 
-def what(s: dict[str, Any]) -> str:
+def what(s: JsonDoc) -> str:
     """``GPU 3 thermal_throttle``, ``thermal_throttle``, ``GPU 3`` or ``everything``."""
     if not (s["gpu"] or s["kind"]):
         return "everything"
     return " ".join(x for x in (f"GPU {s['gpu']}" if s["gpu"] else "", s["kind"] or "") if x)
 
 
-def silence_state(s: dict[str, Any], now: float) -> str:
+def silence_state(s: JsonDoc, now: float) -> str:
     """``active``; ``expired`` (ended by `silence expire`); ``ended`` (its time ran out)."""
     if s["expired_at"] is not None:
         return "expired"
     return "active" if s["ends_at"] > now else "ended"
 
 
-def silence_json(s: dict[str, Any], now: float) -> dict[str, Any]:
+def silence_json(s: JsonDoc, now: float) -> JsonDoc:
     """One silence as JSON (the shape in the module docs)."""
     return with_times({"id": s["id"], "what": what(s), "host": s["host"], "gpu": s["gpu"],
                        "kind": s["kind"], "state": silence_state(s, now),

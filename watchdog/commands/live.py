@@ -15,7 +15,12 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from contextlib import contextmanager
-from typing import Any
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    import signal
+
+    from watchdog.clock import Clock
 
 
 class Stopped(Exception):
@@ -32,7 +37,7 @@ class Stop:
     def __init__(self) -> None:
         self.signal = ""
         self._sleeping = False
-        self._old: dict[int, Any] = {}
+        self._old: dict[int, signal._HANDLER] = {}
 
     def __enter__(self) -> Stop:
         import signal
@@ -70,7 +75,7 @@ class Stop:
             self._sleeping = False
 
 
-def ticks(clock: Any, start: float, duration: float, interval: float, stop: Stop
+def ticks(clock: Clock, start: float, duration: float, interval: float, stop: Stop
           ) -> Iterator[float]:
     """Tick times ``start``, ``start + interval``, … while ``< start + duration`` on
     ``clock``, sleeping between them, until ``stop`` catches a signal. A read slower

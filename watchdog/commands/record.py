@@ -13,10 +13,17 @@ from __future__ import annotations
 import argparse
 import os
 import sys
-from typing import Any
+from typing import TYPE_CHECKING
 
 from watchdog.commands.common import add_source_args
 from watchdog.commands.live import Stop, ticks
+from watchdog.untyped import JsonDoc
+
+if TYPE_CHECKING:
+    from watchdog.clock import Clock
+    from watchdog.sources import SourceOptions
+    from watchdog.sources.base import LiveSource
+    from watchdog.sources.replay.recording_writer import RecordingWriter
 
 DEFAULT_DURATION = "10m"
 #: The most samples ``--chunk`` may ask for: a chunk is buffered as samples before it is
@@ -93,7 +100,7 @@ def list_metrics() -> str:
 
 
 def convert_log(src: str, out: str, *, mapping: dict[str, str] | None, host: str | None,
-                tz: str | None, chunk_rows: int = 4096) -> dict[str, Any]:
+                tz: str | None, chunk_rows: int = 4096) -> JsonDoc:
     """Convert a foreign log (or a recording) into a ``.wdrec`` file; returns stats."""
     from watchdog.sources.replay import open_log
     from watchdog.sources.replay.recording_writer import RecordingWriter
@@ -109,9 +116,9 @@ def convert_log(src: str, out: str, *, mapping: dict[str, str] | None, host: str
     return _stats(writer, out, len(rec.devices()))
 
 
-def record_live(spec: str, options: Any, out: str, *, duration: float, interval: float,
+def record_live(spec: str, options: SourceOptions, out: str, *, duration: float, interval: float,
                 realtime: bool = False, chunk_rows: int = 4096,
-                source: Any = None, clock: Any = None) -> dict[str, Any]:
+                source: LiveSource | None = None, clock: Clock | None = None) -> JsonDoc:
     """Sample a live source every ``interval`` s for ``duration`` s into ``out``.
 
     ``source`` and ``clock`` may be given (tests, embedding); otherwise they are made from
@@ -146,13 +153,14 @@ def record_live(spec: str, options: Any, out: str, *, duration: float, interval:
     return _stats(writer, out, len(devices))
 
 
-def _stats(writer: Any, out: str, gpus: int) -> dict[str, Any]:
-    span = 0.0 if writer.first_ts is None else writer.last_ts - writer.first_ts
+def _stats(writer: RecordingWriter, out: str, gpus: int) -> JsonDoc:
+    span = 0.0 if writer.first_ts is None or writer.last_ts is None else \
+        writer.last_ts - writer.first_ts
     return {"path": out, "gpus": gpus, "samples": writer.rows, "span_s": span,
             "bytes": os.path.getsize(out)}
 
 
-def summary(stats: dict[str, Any]) -> str:
+def summary(stats: JsonDoc) -> str:
     """``recorded 8 GPUs, 4800 samples over 10m00s, 212.4 kB -> node.wdrec``."""
     span = stats["span_s"]
     h, rem = divmod(round(span), 3600)

@@ -31,10 +31,17 @@ import argparse
 import json
 import sys
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING
 
 from watchdog.commands.common import add_tz_arg
 from watchdog.incident import SEVERITIES
+from watchdog.untyped import JsonDoc
+
+if TYPE_CHECKING:
+    from watchdog.detect import RuleSet
+    from watchdog.detect.coverage import Note
+    from watchdog.incident import Incident
+    from watchdog.pipeline.replay import Replayed
 
 BLOCK_ROWS = 131_072  # the engine's MAX_BLOCK_ROWS (watchdog.pipeline.replay.BLOCK_ROWS)
 #: ``--interval`` of a simulated node (s): the daemon's range, 100 ms to 1 h.
@@ -45,7 +52,7 @@ INTERVAL_RANGE = (0.1, 3600.0)
 DURATION_RANGE = (0.1, 400 * 86400.0)
 
 
-def register(subparsers: Any) -> None:
+def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     """Add the ``replay`` sub-command (cheap imports only)."""
     p = subparsers.add_parser(
         "replay", help="run the detector over recorded telemetry (or a simulated node)",
@@ -91,9 +98,9 @@ def register(subparsers: Any) -> None:
     p.set_defaults(func=run)
 
 
-def replay(args: argparse.Namespace) -> tuple[list[Any], Any]:
+def replay(args: argparse.Namespace) -> tuple[list[Replayed], RuleSet]:
     """Replay every path in ``args``; returns the results and the rule set used."""
-    from watchdog.commands.common import parse_map
+    from watchdog.commands.common import old_gpu_model, parse_map
     from watchdog.detect import load_rules
     from watchdog.errors import InputError
     from watchdog.pipeline.replay import ReplayOptions, replay_inputs
@@ -105,11 +112,7 @@ def replay(args: argparse.Namespace) -> tuple[list[Any], Any]:
         raise InputError(f"--block-rows {args.block_rows}: expected a positive number")
     if args.plot:
         check_plot_target(args.plot)
-    from watchdog.sources.sim.models import MODELS
-
-    if args.model in MODELS:  # the old spelling of the simulated GPU type
-        print(f"watchdog: note: --model {args.model} is deprecated for the simulated GPU "
-              f"type; use --gpu-model {args.model}", file=sys.stderr)
+    if old_gpu_model(args.model):  # the old spelling of the simulated GPU type
         args.gpu_model, args.model = args.model, None
     if args.model is not None and args.model != "auto" and not Path(args.model).is_file():
         raise InputError(f"--model {args.model}: no such model file (train one with "
@@ -160,7 +163,7 @@ def bounded(option: str, text: str, limits: tuple[float, float]) -> float:
     return duration_in(text, *limits, what=option)
 
 
-def rule_count(rules: Any) -> int:
+def rule_count(rules: RuleSet) -> int:
     """Number of rules in a RuleSet (``len`` or its ``rules`` attribute)."""
     try:
         return len(rules)
@@ -186,7 +189,7 @@ def plot_paths(target: str, n: int) -> list[Path]:
     return [p] + [p.with_name(f"{p.stem}-{k}{p.suffix}") for k in range(2, n + 1)]
 
 
-def coverage_lines(path: str, notes: list[Any]) -> list[str]:
+def coverage_lines(path: str, notes: list[Note]) -> list[str]:
     """What a log let the rules judge, for stderr: the rules that could not run on it
     (rules with the same reason on one line) and those that ran on a fallback."""
     off: dict[str, list[str]] = {}
@@ -210,7 +213,7 @@ def coverage_lines(path: str, notes: list[Any]) -> list[str]:
     return out
 
 
-def incident_json(r: Any, inc: Any) -> dict[str, Any]:
+def incident_json(r: Replayed, inc: Incident) -> JsonDoc:
     """One incident of the JSON document: :meth:`Incident.to_json`, and for an input that
     records the job's console (a W&B run) ``console``: the lines near it."""
     doc = inc.to_json()
@@ -219,7 +222,7 @@ def incident_json(r: Any, inc: Any) -> dict[str, Any]:
     return doc
 
 
-def console_lines(results: list[Any]) -> str:
+def console_lines(results: list[Replayed]) -> str:
     """For the table: each incident's nearby console lines, under the incident's name."""
     from datetime import UTC, datetime
 
@@ -238,7 +241,7 @@ def console_lines(results: list[Any]) -> str:
     return "\n".join(out)
 
 
-def plot_notes(r: Any) -> list[tuple[float, str]]:
+def plot_notes(r: Replayed) -> list[tuple[float, str]]:
     """The console lines near any incident of ``r``, for the timeline (time, text)."""
     seen: dict[tuple[float, str], None] = {}
     for inc in r.incidents:
@@ -247,7 +250,7 @@ def plot_notes(r: Any) -> list[tuple[float, str]]:
     return sorted(seen)
 
 
-def summary_line(results: list[Any], skipped: list[tuple[str, str]]) -> str:
+def summary_line(results: list[Replayed], skipped: list[tuple[str, str]]) -> str:
     """The last line of a replay of several inputs: inputs, incidents by severity."""
     from collections import Counter
 
@@ -275,7 +278,7 @@ def run(args: argparse.Namespace) -> int:
         for line in coverage_lines(r.path, r.notes):
             print(one_line(line), file=sys.stderr)
     if args.json:
-        doc: dict[str, Any] = {
+        doc: JsonDoc = {
             "incidents": [incident_json(r, inc) for r in results for inc in r.incidents],
             "sources": [r.source_json() for r in results],
             "rules": rule_count(rules),

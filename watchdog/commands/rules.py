@@ -17,10 +17,14 @@ ready for Grafana's dashboard import or a provisioning folder.
 from __future__ import annotations
 
 import argparse
-from typing import Any
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from importlib.resources.abc import Traversable
+    from pathlib import Path
 
 
-def register(subparsers: Any) -> None:
+def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     """Add the ``rules`` sub-command (cheap imports only)."""
     p = subparsers.add_parser("rules", help="validate rule files and run rule unit tests",
                               description=__doc__.split("\n\n", 1)[0])
@@ -48,7 +52,11 @@ def register(subparsers: Any) -> None:
     what.add_argument("--grafana", action="store_true",
                       help="the Grafana dashboard (JSON) over the same metrics")
     e.set_defaults(func=run_export)
-    p.set_defaults(func=lambda _a: p.print_help() or 2)
+    def usage(_args: argparse.Namespace) -> int:
+        p.print_help()
+        return 2
+
+    p.set_defaults(func=usage)
 
 
 def run_check(args: argparse.Namespace) -> int:
@@ -64,7 +72,7 @@ def run_check(args: argparse.Namespace) -> int:
     return 0
 
 
-def prometheus_rules_file() -> Any:
+def prometheus_rules_file() -> Traversable:
     """The shipped fleet rule file (``rules/prometheus/fleet.yml``; in a wheel
     ``watchdog/default_rules/prometheus/fleet.yml``)."""
     from watchdog.detect.loader import default_rules_dir
@@ -72,7 +80,7 @@ def prometheus_rules_file() -> Any:
     return default_rules_dir() / "prometheus" / "fleet.yml"
 
 
-def grafana_dashboard_file() -> Any:
+def grafana_dashboard_file() -> Traversable:
     """The shipped Grafana dashboard (``watchdog/dashboards/nvml-watchdog.json``)."""
     from pathlib import Path
 
@@ -114,7 +122,7 @@ def run_test(args: argparse.Namespace) -> int:
     return 1 if failed else 0
 
 
-def _run_mutate(files: list[Any], min_score: float | None) -> int:
+def _run_mutate(files: list[Path], min_score: float | None) -> int:
     from watchdog.errors import InputError
     from watchdog.pipeline.mutate import report, run
 

@@ -12,10 +12,13 @@ from __future__ import annotations
 
 import argparse
 import logging
-from typing import Any
+from typing import TYPE_CHECKING
 
 from watchdog.commands.common import add_source_args
 from watchdog.units import check_tz
+
+if TYPE_CHECKING:
+    from watchdog.service.config import Config
 
 DEMO_SPEC = "sim:comm_hang(for=4m)@2m"
 DEMO_SPEED = 30.0
@@ -58,7 +61,7 @@ def _logging() -> None:
     setup()
 
 
-def _settings(args: argparse.Namespace) -> tuple[Any, str, float, float]:
+def _settings(args: argparse.Namespace) -> tuple[Config, str, float, float]:
     """The config (file or defaults) with command-line values on top:
     ``(cfg, spec, interval, speed)``. ``spec`` is ``auto`` only without config and --source.
     ``--interval`` and ``--speed`` have the config's ranges (``watchdog.config.RANGES``)."""

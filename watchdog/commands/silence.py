@@ -30,7 +30,10 @@ import json
 import os
 import sys
 import time
-from typing import Any
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from watchdog.store.locate import Found
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -78,7 +81,7 @@ def _check_add(args: argparse.Namespace) -> float:
     return secs
 
 
-def where(found: Any) -> str:
+def where(found: Found) -> str:
     """``agent pid 1234 on /var/lib/nvml-watchdog``, or that none runs there now."""
     if found.pid is not None:
         return f"agent pid {found.pid} on {found.path}"

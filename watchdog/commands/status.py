@@ -16,7 +16,12 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-from typing import Any
+from typing import TYPE_CHECKING
+
+from watchdog.untyped import JsonDoc
+
+if TYPE_CHECKING:
+    from pathlib import Path
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -28,7 +33,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.set_defaults(func=run)
 
 
-def _from_db(sdir: Any) -> tuple[dict[str, Any] | None, float | None, list[dict[str, Any]]]:
+def _from_db(sdir: Path) -> tuple[JsonDoc | None, float | None, list[JsonDoc]]:
     """``(status document, when written, learned waits)`` from the database. Where the
     database cannot be read but the agent keeps its status in memory (the in-memory
     status file exists), that file answers instead of an error."""
@@ -56,7 +61,7 @@ def _from_db(sdir: Any) -> tuple[dict[str, Any] | None, float | None, list[dict[
     return doc, written, waits
 
 
-def _state_dir(args: argparse.Namespace) -> tuple[Any, str | None]:
+def _state_dir(args: argparse.Namespace) -> tuple[Path, str | None]:
     """``(state directory, config error)``; a named directory without a database whose
     agent keeps its status in memory (it could never write there) is read too."""
     from watchdog.commands.common import service_state
@@ -95,7 +100,7 @@ def run(args: argparse.Namespace) -> int:
 
     now = WallClock().now()
     old = stale(doc, written, now)
-    out: dict[str, Any] = {**doc, "state_dir": str(sdir), "status_written_at": written,
+    out: JsonDoc = {**doc, "state_dir": str(sdir), "status_written_at": written,
                            "stale": old, "learned_waits_stored": waits,
                            "config_error": broken}
     if args.json:

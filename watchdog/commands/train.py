@@ -11,14 +11,20 @@ from __future__ import annotations
 
 import argparse
 import sys
-from typing import Any
+from typing import TYPE_CHECKING
 
 from watchdog.commands.common import add_source_args
+from watchdog.untyped import JsonDoc
+
+if TYPE_CHECKING:
+    import pandas as pd
+
+    from watchdog.sources.replay.frame import Recording
 
 MIN_BUSY_MIN = 10.0  # busy minutes per GPU, as replay --model auto
 
 
-def register(sub: Any) -> None:
+def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     """Add the ``train`` sub-command (cheap imports only)."""
     p = sub.add_parser("train", help="fit the anomaly model on healthy telemetry",
                        description=__doc__.split("\n\n")[1],
@@ -32,7 +38,8 @@ def register(sub: Any) -> None:
     p.set_defaults(func=run)
 
 
-def _frame(args: argparse.Namespace, duration: float, interval: float) -> tuple[Any, str, str]:
+def _frame(args: argparse.Namespace, duration: float, interval: float
+           ) -> tuple[pd.DataFrame, str, str]:
     """``(frame, host, gpu model)`` of the training data."""
     from watchdog.anomaly.offline import gpu_model_of
     from watchdog.commands.common import gpu_model_arg, source_options
@@ -53,15 +60,15 @@ def _frame(args: argparse.Namespace, duration: float, interval: float) -> tuple[
     return _sample_nvml(args, duration, interval)
 
 
-def _name(rec: Any) -> str:
+def _name(rec: Recording) -> str:
     names = [d.name for d in rec.devices() if getattr(d, "name", None)]
     from watchdog.anomaly.offline import gpu_model_of
 
-    return names[0] if names else gpu_model_of(rec.frame)
+    return names[0] or "unknown" if names else gpu_model_of(rec.frame)
 
 
 def _sample_nvml(args: argparse.Namespace, duration: float, interval: float
-                 ) -> tuple[Any, str, str]:
+                 ) -> tuple[pd.DataFrame, str, str]:
     """Sample the real GPUs for ``duration`` s into a frame: ticks on the monotonic
     clock (a wall-clock step neither stretches nor cuts the hours of sampling), and
     SIGTERM or Ctrl-C ending the sampling early, the model then fitted on what was read
@@ -79,7 +86,7 @@ def _sample_nvml(args: argparse.Namespace, duration: float, interval: float
     clock = WallClock()
     start = clock.now()
     src = open_live("nvml", source_options(args), start=start)
-    rows: list[dict[str, Any]] = []
+    rows: list[JsonDoc] = []
     try:
         with Stop() as stop:
             for now in ticks(clock, start, duration, interval, stop):

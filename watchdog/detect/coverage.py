@@ -82,7 +82,7 @@ def _sources(metrics: frozenset[str], devices: Sequence[DeviceInfo]) -> dict[str
         name = d.name
         model = catalogue.gpu_model(name)
 
-        def fig(field: str, m: catalogue.GpuModel | None = model) -> float:
+        def fig(field: str, m: catalogue.GpuFigures | None = model) -> float:
             v = getattr(m, field) if m is not None else None
             return math.nan if v is None else float(v)
 

@@ -22,6 +22,8 @@ from collections.abc import Iterable
 
 import numpy as np
 
+from watchdog.untyped import Array
+
 INF = math.inf
 
 
@@ -56,7 +58,7 @@ class EngagedTimeline:
             return
         self._episodes[(rule, uuid, since)] = end
 
-    def node_runs(self, rule: str, ticks: np.ndarray, on: np.ndarray,
+    def node_runs(self, rule: str, ticks: Array, on: Array,
                   uuids: list[str]) -> None:
         """``on`` (ticks x GPUs): whether each GPU counts as engaged by node rule ``rule``
         at each of the block's ``ticks`` (the node is pending or firing and the GPU's own
@@ -100,13 +102,9 @@ class EngagedTimeline:
         return {uuid for (_rule, uuid, since), end in self._episodes.items()
                 if since <= t < end}
 
-    def uuids_at(self, times: Iterable[float]) -> list[set[str]]:
-        """:meth:`at` for several times at once."""
-        return [self.at(t) for t in times]
-
     def forget_before(self, t: float) -> int:
-        """Drop episodes that ended before ``t`` (a daemon asks only about recent times);
-        returns how many."""
+        """Drop episodes that ended before ``t`` (the live pipeline's, which asks only
+        about recent times, every ``ENGAGED_KEEP_S``); returns how many."""
         gone = [k for k, end in self._episodes.items() if end <= t]
         for k in gone:
             del self._episodes[k]

@@ -19,7 +19,7 @@ from __future__ import annotations
 import math
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING
 
 import numpy as np
 
@@ -32,6 +32,10 @@ from watchdog.detect.rules_run import RuleRunner
 from watchdog.detect.waits import load_waits, waits_to_dict
 from watchdog.incident import Incident
 from watchdog.records import DeviceInfo, Sample, XidEvent
+from watchdog.untyped import JsonDoc
+
+if TYPE_CHECKING:
+    import pandas as pd
 
 # Live agent: seconds of data time between evaluations of healthy ticks (feed_tick). Five
 # 1 s ticks in one block cost about a quarter of five single-tick evaluations (numpy's fixed
@@ -83,7 +87,7 @@ class Detector:
         self._evaluated_at = -math.inf
 
     # --- input --------------------------------------------------------------------------
-    def feed_frame(self, frame: Any, xids: Iterable[XidEvent] = (), *,
+    def feed_frame(self, frame: pd.DataFrame, xids: Iterable[XidEvent] = (), *,
                    complete: bool = False) -> None:
         """A block of ticks (the replay frame contract; see the module docs of replay).
 
@@ -181,13 +185,13 @@ class Detector:
         return self._ledger.forget_resolved()
 
     # --- learned state (:mod:`learned`) -------------------------------------------------
-    def learned_state(self) -> dict[str, dict[str, Any]]:
+    def learned_state(self) -> dict[str, JsonDoc]:
         """Learned ``for:`` state per rule (JSON-ready), for persistence (buffered live
         ticks are evaluated first)."""
         self.flush_ticks()
         return waits_to_dict(self._rules.learners())
 
-    def load_learned_state(self, state: dict[str, dict[str, Any]]) -> None:
+    def load_learned_state(self, state: dict[str, JsonDoc]) -> None:
         """Restore :meth:`learned_state` output (unknown rules are ignored)."""
         load_waits(self._rules.learners(), state)
 

@@ -27,6 +27,7 @@ from watchdog.detect.lang import NODE_FUNCS, Binary, Call, In, Name, Node, Num, 
 from watchdog.detect.lang import has_node_func as _has_node_func
 from watchdog.detect.signals import Block
 from watchdog.detect.windows import Window, WindowSet
+from watchdog.untyped import Array
 
 NAN = np.nan
 PRESENT_KEY = "__present__"
@@ -38,14 +39,14 @@ def _tier(width: float) -> float:
     return next(t for t in WIDTH_TIERS if width <= t)
 
 
-def truth(x: np.ndarray) -> np.ndarray:
+def truth(x: Array) -> Array:
     """Boolean view of values: NaN and 0 are false (bool arrays are returned as they are)."""
     if x.dtype == np.bool_:
         return x
     return (x != 0) & ~np.isnan(x)
 
 
-def numeric(x: np.ndarray) -> np.ndarray:
+def numeric(x: Array) -> Array:
     return x.astype(np.float64) if x.dtype == np.bool_ else x
 
 
@@ -53,7 +54,7 @@ _CMP = {"<": np.less, "<=": np.less_equal, ">": np.greater, ">=": np.greater_equ
         "==": np.equal}
 
 
-def _apply(node: Node, args: list[np.ndarray]) -> np.ndarray:
+def _apply(node: Node, args: list[Array]) -> Array:
     """Element-wise operators and plain functions (shape-agnostic).
 
     Boolean results are bool arrays; arithmetic sees them as 1.0/0.0. A comparison with
@@ -134,7 +135,7 @@ class Evaluator:
         for ws in self.window_sets.values():
             ws.carry(b)
 
-    def sample(self, node: Node, b: Block) -> np.ndarray:
+    def sample(self, node: Node, b: Block) -> Array:
         """Value of a node-function-free ``node`` at each new sample of every GPU in ``b``."""
         key = "§" + node.key
         got = b.cache.get(key)
@@ -183,8 +184,8 @@ class Evaluator:
         return got
 
     # --- grid space ---------------------------------------------------------------------
-    def grid(self, node: Node, ticks: np.ndarray, gpus: list[tuple[str, int]], b: Block,
-             cache: dict[str, np.ndarray]) -> np.ndarray:
+    def grid(self, node: Node, ticks: Array, gpus: list[tuple[str, int]], b: Block,
+             cache: dict[str, Array]) -> Array:
         """``len(ticks) × len(gpus)`` matrix of ``node`` (may contain node functions).
 
         ``gpus`` are ``(uuid, slot)`` pairs in column order.
@@ -209,8 +210,8 @@ class Evaluator:
         cache[node.key] = got
         return got
 
-    def _jobs(self, ticks: np.ndarray, gpus: list[tuple[str, int]], b: Block,
-              cache: dict[str, np.ndarray]) -> np.ndarray:
+    def _jobs(self, ticks: Array, gpus: list[tuple[str, int]], b: Block,
+              cache: dict[str, Array]) -> Array:
         """``ticks × GPUs × GPUs`` booleans: which GPUs are in each GPU's job at each tick
         (:func:`same_job`), from the memory each holds."""
         got = cache.get(JOBS_KEY)
@@ -220,8 +221,8 @@ class Evaluator:
             got = cache[JOBS_KEY] = same_job(pct, used)
         return got
 
-    def present(self, ticks: np.ndarray, gpus: list[tuple[str, int]], b: Block,
-                cache: dict[str, np.ndarray]) -> np.ndarray:
+    def present(self, ticks: Array, gpus: list[tuple[str, int]], b: Block,
+                cache: dict[str, Array]) -> Array:
         """Boolean matrix: the GPU has a sample no older than ``max_gap`` at the tick."""
         got = cache.get(PRESENT_KEY)
         if got is None:
@@ -229,8 +230,8 @@ class Evaluator:
             cache[PRESENT_KEY] = got
         return got
 
-    def _map(self, node: Node | None, key: str, ticks: np.ndarray,
-             gpus: list[tuple[str, int]], b: Block) -> np.ndarray:
+    def _map(self, node: Node | None, key: str, ticks: Array,
+             gpus: list[tuple[str, int]], b: Block) -> Array:
         vals_all = np.ones(len(b)) if node is None else numeric(self.sample(node, b))
         n_t = len(ticks)
         slots = [slot for _, slot in gpus]
@@ -264,8 +265,8 @@ class Evaluator:
         return out
 
     @staticmethod
-    def _asof_index(b: Block, slot: int, ts: np.ndarray, ticks: np.ndarray,
-                    last_ts: float) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    def _asof_index(b: Block, slot: int, ts: Array, ticks: Array,
+                    last_ts: float) -> tuple[Array, Array, Array]:
         """Per tick: has the GPU a sample in this block at/before it, its index, its time."""
         got = b.asof.get(slot)
         if got is None:
@@ -295,7 +296,7 @@ def _kids(node: Node) -> list[Node]:
     return []
 
 
-def _reduce(fn: str, m: np.ndarray, present: np.ndarray) -> np.ndarray:
+def _reduce(fn: str, m: Array, present: Array) -> Array:
     """A node function over the GPU axis, broadcast back to every GPU."""
     n_present = present.sum(axis=1)
     if fn in ("count", "frac_gpus", "any_gpu", "all_gpus"):
@@ -316,9 +317,14 @@ def _reduce(fn: str, m: np.ndarray, present: np.ndarray) -> np.ndarray:
                 r = np.full(len(vals), NAN)
             elif fn == "peer_median":
                 r = _row_median(vals)
+            elif fn == "peer_mean":
+                r = np.nanmean(vals, axis=1)
+            elif fn == "peer_min":
+                r = np.nanmin(vals, axis=1)
+            elif fn == "peer_max":
+                r = np.nanmax(vals, axis=1)
             else:
-                r = {"peer_mean": np.nanmean, "peer_min": np.nanmin,
-                     "peer_max": np.nanmax}[fn](vals, axis=1)
+                raise KeyError(fn)
     return np.repeat(r[:, None], m.shape[1], axis=1)
 
 
@@ -334,7 +340,7 @@ JOB_MEMORY_PTS = 5.0
 JOB_MIN_MIB = 1024.0
 
 
-def same_job(pct: np.ndarray, used: np.ndarray) -> np.ndarray:
+def same_job(pct: Array, used: Array) -> Array:
     """``ticks × GPUs × GPUs``: GPU k is in GPU j's job at a tick when both hold a job
     (memory used >= :data:`JOB_MIN_MIB`) within :data:`JOB_MEMORY_PTS` of each other's
     share of memory. Where a GPU's memory is not read its job is every GPU (what a node
@@ -350,7 +356,7 @@ def same_job(pct: np.ndarray, used: np.ndarray) -> np.ndarray:
     return out
 
 
-def _by_job(fn: str, m: np.ndarray, present: np.ndarray, jobs: np.ndarray) -> np.ndarray:
+def _by_job(fn: str, m: Array, present: Array, jobs: Array) -> Array:
     """A job function per GPU: over the GPUs of its job (``jobs``) present with a value.
     ``peer_*``: the median, mean, min or max of ``m`` there (NaN when none has a value);
     ``job_first``: 1 where this GPU is the lowest-indexed of them (its job's rank 0 by
@@ -368,13 +374,18 @@ def _by_job(fn: str, m: np.ndarray, present: np.ndarray, jobs: np.ndarray) -> np
         warnings.simplefilter("ignore", RuntimeWarning)
         if fn == "peer_median":
             r = _row_median(flat)
+        elif fn == "peer_mean":
+            r = np.nanmean(flat, axis=1)
+        elif fn == "peer_min":
+            r = np.nanmin(flat, axis=1)
+        elif fn == "peer_max":
+            r = np.nanmax(flat, axis=1)
         else:
-            r = {"peer_mean": np.nanmean, "peer_min": np.nanmin,
-                 "peer_max": np.nanmax}[fn](flat, axis=1)
+            raise KeyError(fn)
     return r.reshape(t, n)
 
 
-def _row_median(vals: np.ndarray) -> np.ndarray:
+def _row_median(vals: Array) -> Array:
     """``np.nanmedian(vals, axis=1)`` by one sort of the (few) columns: the middle value,
     or the mean ``(a + b) / 2`` of the middle two, of each row's valid values (NaN when
     none). Same numbers as numpy's, several times faster on a ticks × GPUs grid."""

@@ -12,20 +12,20 @@ from __future__ import annotations
 import math
 import re
 import string
-from typing import Any
 
 import numpy as np
 
 from watchdog.detect.loader import Rule
 from watchdog.incident import Incident
+from watchdog.untyped import Array, JsonDoc
 
 
-def members(row: np.ndarray, gpus: list[str]) -> list[str]:
+def members(row: Array, gpus: list[str]) -> list[str]:
     """UUIDs whose column in the boolean ``row`` is true (in the order of ``gpus``)."""
     return [u for u, on in zip(gpus, row, strict=True) if on]
 
 
-def node_value(row: np.ndarray, mask: np.ndarray) -> float:
+def node_value(row: Array, mask: Array) -> float:
     """Mean of ``row`` over the member GPUs (``mask``), ignoring missing values."""
     vals = row[mask] if mask.any() else row
     vals = vals[~np.isnan(vals)]
@@ -33,15 +33,15 @@ def node_value(row: np.ndarray, mask: np.ndarray) -> float:
 
 
 def make_incident(rule: Rule, host: str, gpus: list[tuple[int, str]], started_at: float,
-                  fired_at: float, values: dict[str, float], extra: dict[str, Any]) -> Incident:
+                  fired_at: float, values: dict[str, float], extra: JsonDoc) -> Incident:
     """An Incident for ``rule`` with its summary rendered from ``values`` and ``extra``.
 
     ``gpus`` are ``(index, uuid)`` pairs, reported sorted by index.
     """
     gpus = sorted(gpus)
-    evidence: dict[str, Any] = {k: _num(v) for k, v in values.items()}
+    evidence: JsonDoc = {k: _num(v) for k, v in values.items()}
     evidence.update(extra)
-    fields: dict[str, Any] = {**{k: float(v) for k, v in values.items()},
+    fields: JsonDoc = {**{k: float(v) for k, v in values.items()},
                               "for_s": float(extra.get("for_s", 0.0)),
                               "gpus": ",".join(str(i) for i, _ in gpus), "host": host,
                               "rule": rule.name, "kind": rule.kind, "n_gpus": len(gpus)}
@@ -66,13 +66,13 @@ class _Formatter(string.Formatter):
     """A missing value (NaN: the log has no memory total, no max clock) prints ``?``,
     never ``nan``."""
 
-    def format_field(self, value: Any, format_spec: str) -> str:
+    def format_field(self, value: object, format_spec: str) -> str:
         if isinstance(value, float) and math.isnan(value):
             return "?"
         return super().format_field(value, format_spec)
 
 
-def render(template: str, fields: dict[str, Any]) -> str:
+def render(template: str, fields: JsonDoc) -> str:
     """A rule's ``summary:`` with ``fields``; a ``[…]`` segment is left out when a field
     in it is missing (``holds[ {mem_pct:.0f}% of] their memory`` -> ``holds their
     memory`` when the total is unknown), else printed without its brackets."""

@@ -26,7 +26,7 @@ from __future__ import annotations
 import math
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING
 
 import numpy as np
 
@@ -36,12 +36,16 @@ from watchdog.detect.learned import PowerLevels
 from watchdog.detect.presence import vanish_times
 from watchdog.detect.signals import Block
 from watchdog.records import DeviceInfo, Sample, XidEvent
+from watchdog.untyped import Array
+
+if TYPE_CHECKING:
+    import pandas as pd
 
 # Rows processed at once: bounds the node grid (ticks × GPUs) when every GPU has its own
 # timestamps. Splitting never changes results (block == tick).
 MAX_BLOCK_ROWS = 131_072
 
-Columns = dict[str, np.ndarray]  # "ts" (s), "uuid", "index", "lost", catalogue metrics
+Columns = dict[str, Array]  # "ts" (s), "uuid", "index", "lost", catalogue metrics
 
 
 @dataclass
@@ -56,7 +60,7 @@ class Gpu:
     last_ts: float = math.nan
 
 
-def frame_columns(frame: Any) -> Columns:
+def frame_columns(frame: pd.DataFrame) -> Columns:
     """A replay frame's columns as arrays (``lost`` False where the frame has none)."""
     cols: Columns = {
         "ts": frame["ts"].to_numpy(dtype=np.float64),
@@ -207,7 +211,7 @@ class Intake:
                            for i in range(n_slots)], dtype=np.int64)
         parts = [per_slot[i] for i in range(n_slots) if i in per_slot]
 
-        def cat(name: str) -> np.ndarray:
+        def cat(name: str) -> Array:
             return np.concatenate([p[name] for p in parts])
 
         rows, lost = cat("rows"), cat("lost")
@@ -217,8 +221,8 @@ class Intake:
         return Block(cat("ts"), cat("d"), counts, [g.device for g in self.slots], metrics,
                      lost, cat("xid"), cat("xid_count"), self.levels)
 
-    def _vanished(self, cols: Columns, uniq: Any, order: np.ndarray,
-                  bounds: np.ndarray) -> Columns | None:
+    def _vanished(self, cols: Columns, uniq: Array, order: Array,
+                  bounds: Array) -> Columns | None:
         """Synthetic lost rows for GPUs that stopped reporting (see :mod:`presence`)."""
         ticks = blockrows.unique(cols["ts"])
         where = {u: i for i, u in enumerate(uniq)}
@@ -238,7 +242,7 @@ class Intake:
                 "index": np.array([g.index for g in who], dtype=np.int64),
                 "lost": np.ones(n, bool)}
 
-    def _gpu_rows(self, g: Gpu, rows: np.ndarray, cols: Columns) -> Columns | None:
+    def _gpu_rows(self, g: Gpu, rows: Array, cols: Columns) -> Columns | None:
         """One GPU's accepted rows of the block (repeated/backwards ones dropped): their
         row numbers, times, weights, lost flags and XIDs."""
         ts = cols["ts"][rows]
@@ -256,7 +260,7 @@ class Intake:
         out["xid"], out["xid_count"] = self._assign_xids(g.uuid, ts)
         return out
 
-    def _assign_xids(self, uuid: str, ts: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    def _assign_xids(self, uuid: str, ts: Array) -> tuple[Array, Array]:
         """XID events go to the GPU's first sample at or after them; later ones wait."""
         xid = np.full(len(ts), np.nan)
         cnt = np.zeros(len(ts))

@@ -15,11 +15,13 @@ from __future__ import annotations
 
 import numpy as np
 
+from watchdog.untyped import Array
+
 NAN = np.nan
 JOINT_MAX = 32  # new samples per slot up to which a block is laid out jointly (live ticks)
 
 
-def seg_positions(starts: np.ndarray, lens: np.ndarray) -> np.ndarray:
+def seg_positions(starts: Array, lens: Array) -> Array:
     """Concatenated ``arange(starts[i], starts[i] + lens[i])`` for every i."""
     total = int(lens.sum())
     if total == 0:
@@ -36,7 +38,7 @@ class Segments:
     samples in this block). ``shared`` caches per-block work of the window sets.
     """
 
-    def __init__(self, ts: np.ndarray, d: np.ndarray, counts: np.ndarray) -> None:
+    def __init__(self, ts: Array, d: Array, counts: Array) -> None:
         self.ts = ts
         self.d = d
         self.counts = np.asarray(counts, dtype=np.int64)
@@ -52,7 +54,7 @@ class Prefix:
 
     __slots__ = ("base", "tail")
 
-    def __init__(self, base: np.ndarray, tail: np.ndarray) -> None:
+    def __init__(self, base: Array, tail: Array) -> None:
         self.base = base
         self.tail = tail
 
@@ -62,7 +64,7 @@ class Prefix:
             return self
         return Prefix(np.concatenate((self.base, np.zeros(extra))), self.tail)
 
-    def flat(self, tail_len: np.ndarray) -> bool:
+    def flat(self, tail_len: Array) -> bool:
         """Whether no tail sample added anything (every tail total equals the base)."""
         return not len(self.tail) or bool(np.array_equal(
             self.tail, np.repeat(self.base[:len(tail_len)], tail_len)))
@@ -76,7 +78,7 @@ class Layout:
     once (:meth:`starts`).
     """
 
-    def __init__(self, seg: Segments, tail_ts: np.ndarray, tail_len: np.ndarray,
+    def __init__(self, seg: Segments, tail_ts: Array, tail_len: Array,
                  keep_width: float) -> None:
         self.seg = seg
         n_slots = seg.n_slots
@@ -91,7 +93,7 @@ class Layout:
         self.new_pos = seg_positions(a[:-1] + t_len, n_new)
         self.t_all = self.interleave(tail_ts, seg.ts)
         self._uniform = self._same_times()
-        self._starts: dict[float, np.ndarray] = {}
+        self._starts: dict[float, Array] = {}
         self._runs: dict[float, list[tuple[int, int, int]] | None] = {}
         keep = np.zeros(n_slots, np.int64)
         live = np.flatnonzero(n_new)
@@ -130,7 +132,7 @@ class Layout:
         rows = self.t_all.reshape(n, int(sizes[0]))
         return bool((rows == rows[0]).all())
 
-    def _search(self, q: np.ndarray, slots: np.ndarray, per_slot: bool = False) -> np.ndarray:
+    def _search(self, q: Array, slots: Array, per_slot: bool = False) -> Array:
         """Local positions (in each slot's ``[tail..., new...]``) of the first time
         ``> q``; ``q`` holds one query per slot (``per_slot``) or one per new sample."""
         a, seg = self.a, self.seg
@@ -148,7 +150,7 @@ class Layout:
             out[o0:o1] = np.searchsorted(self.t_all[a[g]:a[g + 1]], q[o0:o1], side="right")
         return out
 
-    def starts(self, width: float) -> np.ndarray:
+    def starts(self, width: float) -> Array:
         """Per new sample: position in ``[tail..., new...]`` (all slots) of the first sample
         of its window."""
         got = self._starts.get(width)
@@ -193,7 +195,7 @@ class Layout:
         self._runs[width] = out
         return out
 
-    def interleave(self, tail: np.ndarray, new: np.ndarray) -> np.ndarray:
+    def interleave(self, tail: Array, new: Array) -> Array:
         """Per slot: its tail values, then its new values."""
         seg = self.seg
         if self.joint:
@@ -207,7 +209,7 @@ class Layout:
             pieces.append(new[seg.offsets[g]:seg.offsets[g + 1]])
         return np.concatenate(pieces)
 
-    def prefix(self, state: Prefix, term: np.ndarray) -> tuple[np.ndarray, Prefix]:
+    def prefix(self, state: Prefix, term: Array) -> tuple[Array, Prefix]:
         """Running sums of ``term`` in the prefix layout, continuing ``state``; returns the
         array and the state to carry. One sequential cumsum per slot (block == tick)."""
         seg = self.seg
@@ -241,8 +243,8 @@ class Layout:
         return Prefix(state.base, np.repeat(base, self.new_t))
 
 
-def range_reduce(x: np.ndarray, s: np.ndarray, e: np.ndarray, fn: np.ufunc,
-                 levels: list[np.ndarray] | None = None) -> np.ndarray:
+def range_reduce(x: Array, s: Array, e: Array, fn: np.ufunc,
+                 levels: list[Array] | None = None) -> Array:
     """``fn``-reduction (``np.fmin``/``np.fmax``: NaN ignored) of ``x[s[i]:e[i]+1]``.
 
     A sparse table: level ``k`` holds the reduction of ``2**k`` consecutive values, so each
@@ -270,7 +272,7 @@ def range_reduce(x: np.ndarray, s: np.ndarray, e: np.ndarray, fn: np.ufunc,
     return out
 
 
-def extend_levels(levels: list[np.ndarray], fn: np.ufunc, k: int) -> None:
+def extend_levels(levels: list[Array], fn: np.ufunc, k: int) -> None:
     """Build sparse-table levels up to ``k`` (level ``j`` reduces ``2**j`` values)."""
     x = levels[0]
     for level in range(len(levels), k + 1):

@@ -59,13 +59,13 @@ from __future__ import annotations
 import functools
 import math
 from collections.abc import Mapping, Sequence
-from typing import Any
 
 import numpy as np
 
 from watchdog.detect.lang import Binary, Call, Name, Num
 from watchdog.detect.layout import Segments
 from watchdog.detect.windows import Window
+from watchdog.untyped import Array
 
 NAN = np.nan
 #: Version of the definition of the learned levels; levels stored under another are not
@@ -119,7 +119,7 @@ SERVER_MIN_MEMORY_MIB = 1024.0
 
 
 @functools.cache
-def work_window() -> tuple[Any, Any]:
+def work_window() -> tuple[Call, Call]:
     """Over the last 30 min, the share of the time (%) in which a job held the GPU (memory
     used >= 1 GiB) and it worked (utilization >= 5 %), and the share in which a job held
     it with its utilization read: their ratio is the share of the job's time it worked,
@@ -133,8 +133,8 @@ def work_window() -> tuple[Any, Any]:
     return (Call(0, "frac", (worked,), WORK_WINDOW_S), Call(0, "frac", (read,), WORK_WINDOW_S))
 
 
-def working(util: np.ndarray, power: np.ndarray, sm_activity: np.ndarray,
-            idle: np.ndarray) -> np.ndarray:
+def working(util: Array, power: Array, sm_activity: Array,
+            idle: Array) -> Array:
     """Readings at which the GPU works, one by one (bool): utilization (%) >= 90, and
     neither power (W) under :data:`BUSY_OVER_IDLE` times ``idle`` (W) nor GPM SM activity
     (%) under :data:`BUSY_SM_ACTIVITY_PCT`, each test skipped where its value is unknown
@@ -147,11 +147,12 @@ def working(util: np.ndarray, power: np.ndarray, sm_activity: np.ndarray,
 
 
 @functools.cache
-def learn_windows() -> tuple[Any, Any]:
+def learn_windows() -> tuple[Call, Call]:
     """The 30 s means of utilization and power the levels are learned from, as window
     expressions (the detector declares them with the rules' windows, so they share work)."""
-    return tuple(Call(0, "mean", (Name(0, m),), LEARN_WINDOW_S)
-                 for m in ("utilization.gpu", "power.draw"))
+    util, power = (Call(0, "mean", (Name(0, m),), LEARN_WINDOW_S)
+                   for m in ("utilization.gpu", "power.draw"))
+    return util, power
 
 
 class PowerLevels:
@@ -189,12 +190,12 @@ class PowerLevels:
         self.read_mean = Window("frac", WORK_WINDOW_S)
         self.work_share = np.empty(0)  # work_before_idle held through an idle run
         self.observed = np.empty(0)  # seconds each GPU was observed (see watched)
-        self._watched: tuple[Segments, np.ndarray] | None = None  # this block's, computed once
+        self._watched: tuple[Segments, Array] | None = None  # this block's, computed once
         # highest temperature while working: running max, and its rises (time, value)
         self.work_temp = np.empty(0)
-        self.work_temp_hist: list[tuple[np.ndarray, np.ndarray]] = []
+        self.work_temp_hist: list[tuple[Array, Array]] = []
         # when each level was first known (s; NaN: not yet), for the coverage notes
-        self.since: dict[str, np.ndarray] = {k: np.empty(0) for k in
+        self.since: dict[str, Array] = {k: np.empty(0) for k in
                                              ("idle", "busy", "temp", "work", "seen")}
 
     def grow(self, n: int) -> None:
@@ -213,9 +214,9 @@ class PowerLevels:
             for k, v in self.since.items():
                 self.since[k] = np.concatenate((v, pad))
 
-    def power(self, seg: Segments, util: np.ndarray, power: np.ndarray,
-              idle_ref: np.ndarray, reading: tuple[np.ndarray, np.ndarray, np.ndarray]
-              ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    def power(self, seg: Segments, util: Array, power: Array,
+              idle_ref: Array, reading: tuple[Array, Array, Array]
+              ) -> tuple[Array, Array, Array]:
         """Learned idle and busy power (W) at each sample of ``seg`` (NaN where nothing is
         learned yet), and which readings were working (bool).
 
@@ -240,8 +241,8 @@ class PowerLevels:
         _first(seg, busy, self.since["busy"])
         return idle, busy, work
 
-    def work_temperature(self, seg: Segments, work: np.ndarray,
-                         temp: np.ndarray) -> np.ndarray:
+    def work_temperature(self, seg: Segments, work: Array,
+                         temp: Array) -> Array:
         """The highest temperature (C) the GPU showed at a working reading (``work``,
         :func:`working`) up to :data:`WORK_TEMP_DELAY_S` before each sample of ``seg``
         (NaN before)."""
@@ -266,7 +267,7 @@ class PowerLevels:
             self.work_temp[g] = run[-1]
         return out
 
-    def watched(self, seg: Segments) -> np.ndarray:
+    def watched(self, seg: Segments) -> Array:
         """Seconds each GPU has been observed, at each sample of ``seg``: the sum of its
         samples' weights ``d`` (each the gap to the previous sample, capped at the
         detector's ``max_gap``), so a gap in the sampling is not history. It is the history
@@ -287,8 +288,8 @@ class PowerLevels:
         self._watched = (seg, out)
         return out
 
-    def work_before_idle(self, seg: Segments, util: np.ndarray, worked: np.ndarray,
-                         read: np.ndarray) -> np.ndarray:
+    def work_before_idle(self, seg: Segments, util: Array, worked: Array,
+                         read: Array) -> Array:
         """At a working sample (util >= 5 %), the share (%) of the job's time in the last
         30 min that the GPU worked (:func:`work_window`'s fracs ``worked`` / ``read``, %);
         at an idle one, that share as it was at the last working sample (carried across
@@ -311,11 +312,11 @@ class PowerLevels:
         _first(seg, np.where(work, share, NAN), self.since["work"])
         return out
 
-    def max_sm(self, seg: Segments, clocks_sm: np.ndarray) -> np.ndarray:
+    def max_sm(self, seg: Segments, clocks_sm: Array) -> Array:
         """The highest SM clock (MHz) seen so far at each sample of ``seg``."""
         return _running(seg, np.fmax, self.max_sm_mhz, clocks_sm)
 
-    def serving_rhythm(self, seg: Segments, util: np.ndarray, mem: np.ndarray) -> np.ndarray:
+    def serving_rhythm(self, seg: Segments, util: Array, mem: Array) -> Array:
         """1 for :data:`SERVER_GAP_MEMORY_S` after an idle gap of :data:`SERVER_GAP_S` or
         more with memory held (util < 5 %, memory.used ``mem`` >= 1 GiB) that ended in work
         (util >= 50 %), else NaN: a server waits between requests and serves again, a
@@ -366,7 +367,7 @@ class PowerLevels:
                     arr[s] = float(v)
 
 
-def trusted_levels(levels: Mapping[str, Mapping[str, Any]]
+def trusted_levels(levels: Mapping[str, Mapping[str, float | None]]
                    ) -> tuple[dict[str, dict[str, float | None]], list[str]]:
     """The stored levels (by GPU UUID, as the store reads them, each with its
     ``version``) that a detector may restore, and one line per GPU whose levels were
@@ -398,8 +399,10 @@ def trusted_levels(levels: Mapping[str, Mapping[str, Any]]
     return kept, notes
 
 
-def _finite(v: Any) -> float | None:
+def _finite(v: float | None) -> float | None:
     """A stored number, None where it is missing, not a number or not above 0."""
+    if v is None:
+        return None
     try:
         f = float(v)
     except (TypeError, ValueError):
@@ -407,7 +410,7 @@ def _finite(v: Any) -> float | None:
     return f if math.isfinite(f) and f > 0 else None
 
 
-def _first(seg: Segments, vals: np.ndarray, since: np.ndarray) -> None:
+def _first(seg: Segments, vals: Array, since: Array) -> None:
     """Set ``since[slot]`` to the time of the slot's first valid value in ``vals`` where it
     is not set yet."""
     for g in np.flatnonzero((seg.counts > 0) & np.isnan(since[:len(seg.counts)])):
@@ -417,8 +420,8 @@ def _first(seg: Segments, vals: np.ndarray, since: np.ndarray) -> None:
             since[g] = seg.ts[lo + ok[0]]
 
 
-def _running(seg: Segments, fn: np.ufunc, carried: np.ndarray,
-             cand: np.ndarray) -> np.ndarray:
+def _running(seg: Segments, fn: np.ufunc, carried: Array,
+             cand: Array) -> Array:
     """Per-slot running ``fn`` (fmin/fmax) of ``cand`` from ``carried``; updates it."""
     out = np.empty(len(cand))
     for g in np.flatnonzero(seg.counts):

@@ -17,11 +17,10 @@ from __future__ import annotations
 
 import re
 import string
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from importlib import resources
 from pathlib import Path
-from typing import Any
 
 import yaml
 
@@ -30,6 +29,10 @@ from watchdog.detect.waits import LearnedWait, parse_learned_wait
 from watchdog.errors import InputError
 from watchdog.incident import KINDS, OWN_KINDS, SEVERITIES
 from watchdog.units import parse_duration
+from watchdog.untyped import Json, JsonDoc
+
+#: a rule's error for the key it is about: ``err(key, message)`` (``FILE:LINE: rule NAME: …``)
+Err = Callable[[str, str], InputError]
 
 RULE_KINDS = tuple(k for k in KINDS if k not in OWN_KINDS)  # `agent` is the agent's own
 
@@ -94,7 +97,7 @@ class RuleSet(Sequence[Rule]):
         self.sources = tuple(sources)
         self.by_name = {r.name: r for r in self.rules}
 
-    def __getitem__(self, i):  # type: ignore[no-untyped-def,override]
+    def __getitem__(self, i):  # an index or a slice, as a list's
         return self.rules[i]
 
     def __len__(self) -> int:
@@ -248,7 +251,7 @@ def _line(node: yaml.Node) -> int:
     return node.start_mark.line + 1
 
 
-def _plain(node: yaml.Node) -> Any:
+def _plain(node: yaml.Node) -> Json:
     """A YAML node as plain Python (scalars stay strings)."""
     if isinstance(node, yaml.ScalarNode):
         return node.value
@@ -368,7 +371,7 @@ def _rule(node: yaml.Node, file: str) -> Rule:
                 key_lines={k: _line(v) for k, v in fields.items()})
 
 
-def _runbook(value: str, file: str, err: Any) -> str:
+def _runbook(value: str, file: str, err: Err) -> str:
     """A rule's ``runbook:``: an http(s) URL as written, or a file path, returned absolute
     so that a page quoting it can be followed on the node.
 
@@ -389,7 +392,7 @@ def _runbook(value: str, file: str, err: Any) -> str:
               "(a path is relative to the rule file, or to the shipped rules)")
 
 
-def _check_spec(fname: str, spec: str, err: Any) -> None:
+def _check_spec(fname: str, spec: str, err: Err) -> None:
     """A summary field's format spec, bounded before anything is formatted with it."""
     m = _SPEC.match(spec)
     if "{" in spec or "}" in spec or m is None:
@@ -404,14 +407,14 @@ def _check_spec(fname: str, spec: str, err: Any) -> None:
                   "(docs/rules.md, Limits)")
 
 
-def _check_template(summary: str, evidence: set[str], err: Any) -> None:
+def _check_template(summary: str, evidence: set[str], err: Err) -> None:
     """Only plain names from evidence and TEMPLATE_FIELDS; the format must work."""
     allowed = evidence | set(TEMPLATE_FIELDS)
     try:
         parsed = list(string.Formatter().parse(summary))
     except ValueError as e:
         raise err("summary", f"summary: {e}") from None
-    dummy: dict[str, Any] = {}
+    dummy: JsonDoc = {}
     for _, fname, spec, _conv in parsed:
         if fname is None:
             continue

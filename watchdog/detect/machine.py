@@ -19,11 +19,12 @@ import heapq
 import math
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
 
 import numpy as np
 
 from watchdog.detect.waits import LearnedWait, WaitLearner
+from watchdog.incident import Incident
+from watchdog.untyped import Array
 
 INF = math.inf
 _PRIO = {"forget": 0, "resolve": 1, "fire": 2, "start": 3}
@@ -37,19 +38,19 @@ class EntityState:
     since: float = math.nan  # pending start (s)
     for_used: float = 0.0
     clear_since: float | None = None
-    incident: Any = None
+    incident: Incident | None = None
 
 
 class _Cursor:
     """One entity's block and position; index arrays are computed when first needed."""
 
-    def __init__(self, key: str, ts: np.ndarray, cond: np.ndarray, clr: np.ndarray,
+    def __init__(self, key: str, ts: Array, cond: Array, clr: Array,
                  st: EntityState) -> None:
         self.key, self.ts, self.cond, self.clr, self.st = key, ts, cond, clr, st
         self.i = 0
-        self._idx: dict[str, np.ndarray] = {}
+        self._idx: dict[str, Array] = {}
 
-    def idx(self, what: str) -> np.ndarray:
+    def idx(self, what: str) -> Array:
         """Sorted indices where cond/clear is true/false (``what``: ct, cf, rt, rf)."""
         got = self._idx.get(what)
         if got is None:
@@ -58,13 +59,13 @@ class _Cursor:
         return got
 
 
-def _next(idx: np.ndarray, i: int, n: int) -> int:
+def _next(idx: Array, i: int, n: int) -> int:
     """First element of sorted ``idx`` that is >= i, else n."""
     p = int(np.searchsorted(idx, i))
     return int(idx[p]) if p < len(idx) else n
 
 
-FireFn = Callable[[str, int, EntityState], Any]
+FireFn = Callable[[str, int, EntityState], Incident]
 ResolveFn = Callable[[str, float, EntityState], None]
 
 
@@ -78,7 +79,7 @@ class Machine:
         self.learner = WaitLearner(learned) if learned else None
         self.states: dict[str, EntityState] = {}
 
-    def run(self, inputs: list[tuple[str, np.ndarray, np.ndarray, np.ndarray]],
+    def run(self, inputs: list[tuple[str, Array, Array, Array]],
             on_fire: FireFn, on_resolve: ResolveFn) -> dict[str, list[tuple[float, float]]]:
         """Advance every entity through its block ``(key, ts, cond, clear_test)``.
 
@@ -127,7 +128,7 @@ class Machine:
                 intervals[c.key].append((c.st.since, INF))
         return intervals
 
-    def _push(self, heap: list, c: _Cursor, order: int) -> None:  # type: ignore[type-arg]
+    def _push(self, heap: list, c: _Cursor, order: int) -> None:  # (t, prio, order, …)
         ev = self._peek(c)
         if ev is not None:
             what, idx = ev

@@ -14,8 +14,10 @@ import math
 
 import numpy as np
 
+from watchdog.untyped import Array
 
-def vanish_times(last_ts: float, sample_ts: np.ndarray, ticks: np.ndarray,
+
+def vanish_times(last_ts: float, sample_ts: Array, ticks: Array,
                  max_gap: float) -> list[float]:
     """Tick times (s) at which to add lost samples for one GPU in this block.
 

@@ -11,9 +11,10 @@ from __future__ import annotations
 import numpy as np
 
 from watchdog.detect.signals import Block
+from watchdog.untyped import Array
 
 
-def factorize(uuid: np.ndarray, ts: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+def factorize(uuid: Array, ts: Array) -> tuple[Array, Array]:
     """``pd.factorize(uuid)``; for the usual block (the first tick's GPUs, all distinct,
     then the same GPUs in the same order) by one comparison instead of hashing every
     row."""
@@ -32,7 +33,7 @@ probe's burst, on a path that must not import pandas (``watchdog check``'s cold 
 Larger blocks (replay, where pandas is loaded anyway) use pandas's faster hash table."""
 
 
-def codes_by_first(uuid: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+def codes_by_first(uuid: Array) -> tuple[Array, Array]:
     """``pd.factorize(uuid)``: codes numbered by first appearance, and the uniques."""
     if len(uuid) > SMALL_BLOCK_ROWS:
         import pandas as pd
@@ -46,7 +47,7 @@ def codes_by_first(uuid: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     return rank[inverse.ravel()], uuid[first[by_first]]
 
 
-def by_gpu(codes: np.ndarray, k: int) -> np.ndarray:
+def by_gpu(codes: Array, k: int) -> Array:
     """Rows grouped by GPU code, in row order within a GPU (a stable argsort); for the
     usual block (every GPU once per tick, always in the same order) without sorting."""
     n = len(codes)
@@ -55,7 +56,7 @@ def by_gpu(codes: np.ndarray, k: int) -> np.ndarray:
     return np.argsort(codes, kind="stable")
 
 
-def unique(a: np.ndarray) -> np.ndarray:
+def unique(a: Array) -> Array:
     """``np.unique(a)``; without a sort when ``a`` is already in order (block rows are).
 
     Also why not ``np.unique`` itself for those: numpy 2 loads its masked arrays
@@ -68,7 +69,7 @@ def unique(a: np.ndarray) -> np.ndarray:
     return np.unique(a)
 
 
-def ticks(b: Block) -> np.ndarray:
+def ticks(b: Block) -> Array:
     """Distinct sample times of a block, sorted (``np.unique(b.ts)``); when every GPU has
     the very same times, those of the first."""
     c = b.counts
@@ -79,7 +80,7 @@ def ticks(b: Block) -> np.ndarray:
     return unique(b.ts)
 
 
-def covered(intervals: list[tuple[float, float]], times: np.ndarray) -> np.ndarray:
+def covered(intervals: list[tuple[float, float]], times: Array) -> Array:
     """True where ``times`` fall inside one of the ``[start, end)`` intervals."""
     if not intervals:
         return np.zeros(len(times), bool)
@@ -88,7 +89,7 @@ def covered(intervals: list[tuple[float, float]], times: np.ndarray) -> np.ndarr
     return (i >= 0) & (times < iv[np.maximum(i, 0), 1])
 
 
-def concat(a: dict[str, np.ndarray], b: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+def concat(a: dict[str, Array], b: dict[str, Array]) -> dict[str, Array]:
     """The rows of ``a`` then those of ``b``; a column only one side has is missing
     (NaN) in the other's rows."""
     out = {}

@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping
-from typing import Any
 
 import numpy as np
 
@@ -38,6 +37,7 @@ from watchdog.detect.signal_names import CHAINED_SIGNALS, DEPENDS, LEARNING_SIGN
 from watchdog.detect.signals import Block
 from watchdog.detect.waits import WaitLearner
 from watchdog.incident import Incident
+from watchdog.untyped import Array, JsonDoc
 
 NODE = "node"  # the entity key of a node rule's state
 _ANY = frozenset([*catalogue.NAMES, "xid"])  # live: any metric may come
@@ -46,6 +46,11 @@ HIDDEN = "§"  # evidence keys the engine adds for itself (sources of chained si
 # this many (two samples, whatever the jitter)
 MIN_WINDOW_SAMPLES = 1.5
 
+
+#: What a rule left in a block for the rules it inhibits: a gpu rule, the intervals each
+#: GPU was engaged; a node rule, :data:`NodeRun`.
+NodeRun = tuple[list[tuple[float, float]], Array, Array, list[str]]  # intervals, ticks, cond, GPUs
+Active = dict[str, list[tuple[float, float]]] | NodeRun
 
 class RuleRunner:
     """The rules of one detector, their windows and alert states, block after block."""
@@ -77,12 +82,12 @@ class RuleRunner:
         self.widened: dict[str, float] = {}
         if self.widened_to:
             for r in rules:
-                got = [_widen(n, self.widened_to) for n in (self._cond[r.name],
-                                                             self._clear[r.name])]
+                got = [_widen(n, self.widened_to) if n is not None else (None, False)
+                       for n in (self._cond[r.name], self._clear[r.name])]
                 ev = {k: _widen(n, self.widened_to) for k, n in r.evidence.items()}
                 if any(w for _, w in [*got, *ev.values()]) and r.name not in self.pruned:
                     self.widened[r.name] = self.widened_to
-                self._cond[r.name] = got[0][0]  # type: ignore[assignment]
+                self._cond[r.name] = got[0][0] or self._cond[r.name]
                 self._clear[r.name] = got[1][0]
                 self._evidence[r.name] = {k: n for k, (n, _) in ev.items()}
         # the sources of the chained signals a condition reads (pages say when they fell
@@ -115,7 +120,7 @@ class RuleRunner:
                          for r in rules}
         # gpu rules whose clear test may be left out of a block that cannot use it
         self._lazy_clear = {r.name for r in rules if r.scope == "gpu"
-                            and r.clear is not None and not _learns(self._clear[r.name])}
+                            and (c := self._clear[r.name]) is not None and not _learns(c)}
         # learned levels advance in every block, whether or not a rule's expression
         # reached them (an and/or may skip its right side for a whole block)
         self._learning = sorted({n for r in live for node in
@@ -139,7 +144,7 @@ class RuleRunner:
         block.evaluator = self._ev
         ticks = blockrows.ticks(block)
         slots = [(uuid, g.slot) for uuid, g in gpus.items()]
-        active: dict[str, Any] = {}
+        active: dict[str, Active] = {}
         for rule in self.rules:
             if rule.name in self.pruned:  # cannot fire on these metrics: no incidents
                 continue
@@ -170,14 +175,14 @@ class RuleRunner:
         return out
 
     # --- one rule -----------------------------------------------------------------------
-    def _inhibit_mask(self, rule: Rule, uuid: str, times: np.ndarray,
-                      active: dict[str, Any]) -> np.ndarray:
+    def _inhibit_mask(self, rule: Rule, uuid: str, times: Array,
+                      active: dict[str, Active]) -> Array:
         mask = np.zeros(len(times), bool)
         for inh in self.rules.inhibitors(rule):
             got = active.get(inh.name)
             if got is None:
                 continue
-            if inh.scope == "gpu":
+            if isinstance(got, dict):  # a gpu rule's intervals by GPU
                 mask |= blockrows.covered(got.get(uuid, []), times)
             else:
                 intervals, ticks, condm, gpus = got
@@ -219,12 +224,12 @@ class RuleRunner:
                                  else _ANY))
 
     def _extra(self, rule: Rule, st: EntityState, hidden: dict[str, float],
-               name: str | None, used: list[str] | None = None) -> dict[str, Any]:
+               name: str | None, used: list[str] | None = None) -> JsonDoc:
         """What the engine adds to an incident's evidence: the ``for`` used and what was
         learned for it, dropped samples, the fallbacks its condition used on the GPU
         called ``name`` (``hidden``: the sources and values of its chained signals there)
         and the width sparse sampling widened its windows to."""
-        extra: dict[str, Any] = {"for_s": st.for_used}
+        extra: JsonDoc = {"for_s": st.for_used}
         m = self.machines[rule.name]
         if m.learner is not None:
             extra["learned_longest_s"] = m.learner.longest
@@ -241,10 +246,11 @@ class RuleRunner:
         return extra
 
     def _resolve(self, t: float, st: EntityState) -> None:
+        assert st.incident is not None  # resolved only what fired
         self.ledger.resolved(t, st.incident)
 
     def _run_gpu_rule(self, rule: Rule, b: Block, gpus: Mapping[str, Gpu],
-                      active: dict[str, Any]) -> dict[str, list[tuple[float, float]]]:
+                      active: dict[str, Active]) -> dict[str, list[tuple[float, float]]]:
         ev = self._ev
         cond_all = truth(ev.sample(self._cond[rule.name], b))
         # the clear test is read only while an incident fires: with none firing as the
@@ -253,8 +259,9 @@ class RuleRunner:
         need_clear = rule.clear is not None and (
             rule.name not in self._lazy_clear or bool(cond_all.any())
             or any(st.phase == "firing" for st in machine.states.values()))
-        clr_all = truth(ev.sample(self._clear[rule.name], b)) if need_clear else None
-        evid: dict[str, np.ndarray] = {}  # computed when an incident fires in this block
+        clear = self._clear[rule.name]
+        clr_all = truth(ev.sample(clear, b)) if need_clear and clear is not None else None
+        evid: dict[str, Array] = {}  # computed when an incident fires in this block
         inputs = []
         for uuid, g in gpus.items():
             lo, hi = int(b.offsets[g.slot]), int(b.offsets[g.slot + 1])
@@ -287,8 +294,9 @@ class RuleRunner:
                 self.engaged.episode(rule.name, uuid, since, end)
         return out
 
-    def _run_node_rule(self, rule: Rule, ticks: np.ndarray, slots: list[tuple[str, int]],
-                       gpus: Mapping[str, Gpu], b: Block, active: dict[str, Any]) -> tuple:
+    def _run_node_rule(self, rule: Rule, ticks: Array, slots: list[tuple[str, int]],
+                       gpus: Mapping[str, Gpu], b: Block, active: dict[str, Active]
+                       ) -> NodeRun:
         ev = self._ev
         cache = b.grid_cache  # shared by the node rules of the block (same ticks, GPUs)
         condm = truth(ev.grid(self._cond[rule.name], ticks, slots, b, cache))
@@ -296,11 +304,12 @@ class RuleRunner:
             condm = condm.copy()  # the grid cache may hold this very array
             for j, (uuid, _slot) in enumerate(slots):
                 condm[:, j] &= ~self._inhibit_mask(rule, uuid, ticks, active)
-        cond = condm.any(axis=1)
-        if rule.clear is not None:
-            cm = truth(ev.grid(self._clear[rule.name], ticks, slots, b, cache))
+        cond = np.asarray(condm.any(axis=1))
+        clear = self._clear[rule.name]
+        if clear is not None:
+            cm = truth(ev.grid(clear, ticks, slots, b, cache))
             present = ev.present(ticks, slots, b, cache)
-            clr = (cm | ~present).all(axis=1) & present.any(axis=1)
+            clr = np.asarray((cm | ~present).all(axis=1) & present.any(axis=1))
         else:
             clr = ~cond
         evid = {k: numeric(ev.grid(n, ticks, slots, b, cache))
@@ -309,7 +318,8 @@ class RuleRunner:
         uuids = [u for u, _ in slots]
         machine = self.machines[rule.name]
         carried = machine.states.get(NODE)
-        firing = [carried.incident] if carried is not None and carried.phase == "firing" else []
+        firing = [carried.incident] if carried is not None and carried.phase == "firing" \
+            and carried.incident is not None else []
 
         def on_fire(_key: str, i: int, st: EntityState) -> Incident:
             row = condm[i]
@@ -329,8 +339,8 @@ class RuleRunner:
                           lambda _k, t, st: self._resolve(t, st))
         self._carry_hidden(rule, b, gpus)
         if out[NODE] or self.engaged.carries(rule.name):  # each GPU holding it meanwhile
-            active = blockrows.covered(out[NODE], ticks)
-            self.engaged.node_runs(rule.name, ticks, condm & active[:, None], uuids)
+            on = blockrows.covered(out[NODE], ticks)
+            self.engaged.node_runs(rule.name, ticks, condm & on[:, None], uuids)
         held_for = self._held_durations(rule.name, ticks, condm, uuids, full=bool(firing))
         for inc in firing:  # GPUs that join while it fires are listed too (one event) once
             # their own condition has held as long as the incident's `for:` (a rank 0 that
@@ -338,12 +348,13 @@ class RuleRunner:
             end = math.inf if inc.resolved_at is None else inc.resolved_at
             during = (ticks >= (inc.fired_at or 0.0)) & (ticks < end)
             need = float(inc.evidence.get("for_s") or 0.0)
-            joined = members((condm & (held_for >= need))[during].any(axis=0), uuids)
+            held = np.asarray((condm & (held_for >= need))[during].any(axis=0))
+            joined = members(held, uuids)
             add_members(inc, [(gpus[u].index, u) for u in joined])
         return (out[NODE], ticks, condm, uuids)
 
-    def _held_durations(self, name: str, ticks: np.ndarray, condm: np.ndarray,
-                        uuids: list[str], full: bool = True) -> np.ndarray:
+    def _held_durations(self, name: str, ticks: Array, condm: Array,
+                        uuids: list[str], full: bool = True) -> Array:
         """Seconds each GPU's condition has held at each tick (0 where it does not hold).
 
         ``condm`` is ticks x GPUs; the start of a run still holding at the end of the block
@@ -377,14 +388,14 @@ class RuleRunner:
         return out
 
 
-def _learns(node: Any) -> bool:
+def _learns(node: Node) -> bool:
     """Whether the expression names a signal that advances learned state."""
     if isinstance(node, Name) and node.name in LEARNING_SIGNALS:
         return True
     return any(_learns(c) for c in children(node))
 
 
-def _chained(node: Any) -> list[str]:
+def _chained(node: Node) -> list[str]:
     """The chained signals (:data:`CHAINED_SIGNALS`) ``node`` reads, directly or through
     the signals it names, in their order."""
     todo, seen = list(_names(node)), set()
@@ -420,7 +431,7 @@ def _widen(node: Node, width: float) -> tuple[Node, bool]:
     return node, False
 
 
-def _names(node: Any) -> set[str]:
+def _names(node: Node) -> set[str]:
     """Every metric or signal name in an expression."""
     out = {node.name} if isinstance(node, Name) else set()
     for c in children(node):

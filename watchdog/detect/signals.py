@@ -10,12 +10,14 @@ the table of signals is in ``docs/rules.md``.
 
 from __future__ import annotations
 
-from typing import Any
+from collections.abc import Callable
+from typing import Protocol
 
 import numpy as np
 
 from watchdog import catalogue, reasons
 from watchdog.detect import fallbacks as fb
+from watchdog.detect.lang import Node
 from watchdog.detect.layout import Segments
 from watchdog.detect.learned import (
     SERVER_MIN_MEMORY_MIB,
@@ -25,9 +27,17 @@ from watchdog.detect.learned import (
 )
 from watchdog.detect.signal_names import FLAG_SIGNALS, SIGNALS
 from watchdog.records import DeviceInfo
+from watchdog.untyped import Array
 
 NAN = np.nan
 BAD_BITS = reasons.THERMAL | reasons.HARDWARE
+
+
+class Sampler(Protocol):
+    """What a block asks of its evaluator (:class:`watchdog.detect.evaluate.Evaluator`,
+    which imports this module): an expression's value at each of the block's samples."""
+
+    def sample(self, node: Node, b: Block) -> Array: ...
 
 
 class Block(Segments):
@@ -38,9 +48,9 @@ class Block(Segments):
     ``devices[slot]`` is each slot's inventory.
     """
 
-    def __init__(self, ts: np.ndarray, d: np.ndarray, counts: np.ndarray,
-                 devices: list[DeviceInfo], metrics: dict[str, np.ndarray], lost: np.ndarray,
-                 xid: np.ndarray, xid_count: np.ndarray, levels: PowerLevels) -> None:
+    def __init__(self, ts: Array, d: Array, counts: Array,
+                 devices: list[DeviceInfo], metrics: dict[str, Array], lost: Array,
+                 xid: Array, xid_count: Array, levels: PowerLevels) -> None:
         super().__init__(ts, d, counts)
         self.devices = devices
         self.metrics = metrics
@@ -49,23 +59,23 @@ class Block(Segments):
         self.xid_count = xid_count
         self.levels = levels  # learned per slot, advanced by this block's signals
         levels.grow(self.n_slots)
-        self.cache: dict[str, np.ndarray] = {}
+        self.cache: dict[str, Array] = {}
         self.asof: dict[int, tuple] = {}  # node-grid mapping per slot (see evaluate)
-        self.grid_cache: dict[str, np.ndarray] = {}  # node-grid values (see evaluate)
-        self.evaluator: Any = None  # the Evaluator of this block, for the learning windows
-        self._bits_cache: tuple[np.ndarray, np.ndarray] | None = None
+        self.grid_cache: dict[str, Array] = {}  # node-grid values (see evaluate)
+        self.evaluator: Sampler | None = None  # the block's Evaluator, for learning windows
+        self._bits_cache: tuple[Array, Array] | None = None
 
     def __len__(self) -> int:
         return len(self.ts)
 
-    def metric(self, name: str) -> np.ndarray:
+    def metric(self, name: str) -> Array:
         """A catalogue metric (NaN where missing or when the GPU is lost)."""
         arr = self.metrics.get(name)
         if arr is None:
             return np.full(len(self.ts), NAN)
         return arr
 
-    def value(self, name: str) -> np.ndarray:
+    def value(self, name: str) -> Array:
         """A metric or signal by name (cached for the block); ``NAME#src`` is the code of
         the source a chained signal used at each sample (:mod:`fallbacks`)."""
         got = self.cache.get(name)
@@ -77,11 +87,12 @@ class Block(Segments):
             self.cache[name] = got
         return got
 
-    def _chain(self, name: str, steps: list[tuple[int, Any]]) -> np.ndarray:
+    def _chain(self, name: str, steps: list[tuple[int, Array | Callable[[], Array]]]
+               ) -> Array:
         """The first valid value of ``steps`` (``(code, values)``, first source first;
         ``values`` an array or a function making one, called only while some sample has
         no value yet) at each sample; the codes go to ``NAME#src`` (NaN where none)."""
-        out: np.ndarray | None = None
+        out: Array | None = None
         src = np.full(len(self.ts), NAN)
         for code, vals in steps:
             if out is not None and not np.isnan(out).any():
@@ -97,7 +108,7 @@ class Block(Segments):
         self.cache[name + "#src"] = src
         return out if out is not None else np.full(len(self.ts), NAN)
 
-    def _model(self, field: str) -> np.ndarray:
+    def _model(self, field: str) -> Array:
         """A per-row array of the catalogue's figure ``field`` for each GPU's name."""
         key = "§model:" + field
         got = self.cache.get(key)
@@ -110,7 +121,7 @@ class Block(Segments):
             got = self.cache[key] = np.array(per_slot, dtype=float)[self.gi]
         return got
 
-    def _device(self, field: str) -> np.ndarray:
+    def _device(self, field: str) -> Array:
         """A per-row array of an inventory field (NaN where unknown or 0)."""
         key = "§dev:" + field
         got = self.cache.get(key)
@@ -119,20 +130,20 @@ class Block(Segments):
             got = self.cache[key] = per_slot[self.gi]
         return got
 
-    def _limit(self) -> np.ndarray:
+    def _limit(self) -> Array:
         """The power limit per sample (W), through its chain (:mod:`fallbacks`)."""
         return self.value("power_limit_w")
 
-    def _positive(self, x: np.ndarray) -> np.ndarray:
+    def _positive(self, x: Array) -> Array:
         return np.where(x > 0, x, NAN)
 
-    def _used_free(self) -> np.ndarray:
+    def _used_free(self) -> Array:
         """``memory.used`` + ``memory.free`` + ``memory.reserved`` (0 where not logged)."""
         reserved = self.metric("memory.reserved")
         return (self.metric("memory.used") + self.metric("memory.free")
                 + np.where(np.isnan(reserved), 0.0, reserved))
 
-    def _signal(self, name: str) -> np.ndarray:
+    def _signal(self, name: str) -> Array:
         n = len(self.ts)
         with np.errstate(invalid="ignore", divide="ignore"):
             if name == "power_pct":
@@ -199,7 +210,7 @@ class Block(Segments):
             return self.xid_count
         return np.full(n, NAN)  # pragma: no cover - names are checked at load
 
-    def _bits(self) -> tuple[np.ndarray, np.ndarray]:
+    def _bits(self) -> tuple[Array, Array]:
         """The clock-event reasons mask as integers (0 where unknown) and where it is known,
         decoded once per block for every flag."""
         got = self._bits_cache
@@ -209,7 +220,7 @@ class Block(Segments):
             got = self._bits_cache = (ok, np.where(ok, mask, 0).astype(np.int64))
         return got
 
-    def _serving(self) -> np.ndarray:
+    def _serving(self) -> Array:
         """1 = an inference server holds the GPU, 0 = its processes are known and none
         serves, NaN = cannot tell.
 
@@ -223,14 +234,14 @@ class Block(Segments):
                                             self.metric("memory.used"))
         return np.where(np.isnan(known), rhythm, known)
 
-    def _max_sm(self) -> np.ndarray:
+    def _max_sm(self) -> Array:
         """The highest SM clock (MHz): the inventory's, else the highest seen so far."""
         dev = self._device("clocks_max_sm_mhz")
         seen = self.levels.max_sm(self, self.metric("clocks.sm"))
         out = np.where(np.isnan(dev), seen, dev)
         return np.where(out > 0, out, NAN)
 
-    def _working(self) -> np.ndarray:
+    def _working(self) -> Array:
         """Which readings were working (:func:`~watchdog.detect.learned.working`), judged
         against the idle level as learned at each (bool)."""
         if "§working" not in self.cache:
@@ -251,9 +262,10 @@ class Block(Segments):
             power = lv.power_mean.update_block(self, self.metric("power.draw"))
         limit = self._limit()
         from_log = self.cache["power_limit_w#src"] < fb.LIMIT_CATALOGUE
-        fixed = [(fb.IDLE_LIMIT, np.where(from_log, fb.IDLE_OF_LIMIT * limit, NAN)),
-                 (fb.IDLE_CATALOGUE, lambda: self._model("idle_w")),
-                 (fb.IDLE_TDP, lambda: fb.IDLE_OF_LIMIT * self._model("tdp_w"))]
+        fixed: list[tuple[int, Array | Callable[[], Array]]] = [
+            (fb.IDLE_LIMIT, np.where(from_log, fb.IDLE_OF_LIMIT * limit, NAN)),
+            (fb.IDLE_CATALOGUE, lambda: self._model("idle_w")),
+            (fb.IDLE_TDP, lambda: fb.IDLE_OF_LIMIT * self._model("tdp_w"))]
         ref = self._chain("§idle_fixed", fixed)
         reading = (self.metric("utilization.gpu"), self.metric("power.draw"),
                    self.metric("gpm.sm_activity"))
@@ -268,7 +280,7 @@ class Block(Segments):
             (fb.BUSY_LEARNED, np.where(np.isnan(busy), NAN, np.fmin(busy, limit))),
             (fb.BUSY_LIMIT, limit)])
 
-    def _work_before_idle(self) -> np.ndarray:
+    def _work_before_idle(self) -> Array:
         """The share (%) of the 30 min before the GPU last went idle in which it worked
         (:meth:`~watchdog.detect.learned.PowerLevels.work_before_idle`)."""
         util = self.metric("utilization.gpu")

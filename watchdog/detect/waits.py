@@ -12,10 +12,10 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any
 
 from watchdog.errors import InputError
 from watchdog.units import parse_duration
+from watchdog.untyped import JsonDoc
 
 
 @dataclass(frozen=True)
@@ -65,28 +65,28 @@ class WaitLearner:
         if self.longest is None or duration > self.longest:
             self.longest = duration
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self) -> JsonDoc:
         return {"longest_s": self.longest, "episodes": self.episodes}
 
     @classmethod
-    def from_dict(cls, spec: LearnedWait, d: dict[str, Any]) -> WaitLearner:
+    def from_dict(cls, spec: LearnedWait, d: JsonDoc) -> WaitLearner:
         """Inverse of :meth:`to_dict` for a rule whose ``for:`` is ``spec``."""
         out = cls(spec)
         out.load(d)
         return out
 
-    def load(self, d: dict[str, Any]) -> None:
+    def load(self, d: JsonDoc) -> None:
         lo = d.get("longest_s")
         self.longest = None if lo is None else float(lo)
         self.episodes = int(d.get("episodes", 0))
 
 
-def waits_to_dict(learners: Mapping[str, WaitLearner]) -> dict[str, dict[str, Any]]:
+def waits_to_dict(learners: Mapping[str, WaitLearner]) -> dict[str, JsonDoc]:
     """Every rule's learned wait by rule name (JSON-ready)."""
     return {name: lr.to_dict() for name, lr in learners.items()}
 
 
-def load_waits(learners: Mapping[str, WaitLearner], state: dict[str, dict[str, Any]]) -> None:
+def load_waits(learners: Mapping[str, WaitLearner], state: dict[str, JsonDoc]) -> None:
     """Restore :func:`waits_to_dict` output (rules not in ``learners`` are ignored)."""
     for name, d in state.items():
         lr = learners.get(name)

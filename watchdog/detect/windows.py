@@ -30,9 +30,10 @@ from collections.abc import Callable
 import numpy as np
 
 from watchdog.detect.layout import Layout, Prefix, Segments, extend_levels, range_reduce
+from watchdog.untyped import Array
 
 NAN = np.nan
-KINDS = ("mean", "min", "max", "last", "slope", "frac", "delta", "rate")
+STATISTICS = ("mean", "min", "max", "last", "slope", "frac", "delta", "rate")
 _NEEDS_X = ("min", "max", "last", "slope")
 _TERMS = {"mean": ("xd", "dv"), "frac": ("cd",), "delta": ("inc",), "rate": ("inc",)}
 
@@ -50,12 +51,12 @@ class Series:
         self.has_first = np.zeros(0, bool)
         self.dv_is_d = True  # mean: every value so far valid, so its weights are plain d
         self.seen: object = None  # the layout this series was last advanced with
-        self._x: np.ndarray = np.empty(0)
-        self._sums: dict[str, np.ndarray | None] = {}
-        self._p: dict[str, np.ndarray | None] = {}
-        self._cache: dict[tuple[str, float], np.ndarray] = {}
-        self._levels: dict[str, list[np.ndarray]] = {}
-        self._x_all: np.ndarray | None = None
+        self._x: Array = np.empty(0)
+        self._sums: dict[str, Array | None] = {}
+        self._p: dict[str, Array | None] = {}
+        self._cache: dict[tuple[str, float], Array] = {}
+        self._levels: dict[str, list[Array]] = {}
+        self._x_all: Array | None = None
 
     def _grow(self, n: int) -> None:
         extra = n - len(self.first)
@@ -68,7 +69,7 @@ class Series:
         for name, st in self.prefix.items():
             self.prefix[name] = st.grown(n)
 
-    def advance(self, ws: WindowSet, lay: Layout, x: np.ndarray) -> None:
+    def advance(self, ws: WindowSet, lay: Layout, x: Array) -> None:
         """Take a block's values ``x`` (one per new sample of ``lay``)."""
         seg = lay.seg
         self._grow(seg.n_slots)
@@ -81,7 +82,7 @@ class Series:
         self._sums = {}
         valid = ~np.isnan(x)
         self._valid = valid
-        terms: dict[str, Callable[[], np.ndarray]] = {}
+        terms: dict[str, Callable[[], Array]] = {}
         if "mean" in self.kinds:
             fresh = np.flatnonzero((seg.counts > 0) & ~self.has_first)
             if len(fresh):
@@ -117,7 +118,7 @@ class Series:
                 self._x_all = lay.interleave(self.tail_x, x)
                 self.tail_x = self._x_all[lay.keep_pos]
 
-    def _wsum(self, ws: WindowSet, lay: Layout, name: str, width: float) -> np.ndarray:
+    def _wsum(self, ws: WindowSet, lay: Layout, name: str, width: float) -> Array:
         """Window sums of term ``name`` at every new sample."""
         shared = name == "d" or (name == "dv" and self.dv_is_d)
         p = ws.plain_d(lay) if shared else self._p[name]
@@ -135,7 +136,7 @@ class Series:
             at_new = self._sums[name] = p[lay.p_new]
         return at_new - p[lay.starts(width) + lay.seg.gi]
 
-    def value(self, ws: WindowSet, lay: Layout, kind: str, width: float) -> np.ndarray:
+    def value(self, ws: WindowSet, lay: Layout, kind: str, width: float) -> Array:
         """Statistic ``kind`` over ``width`` s at each new sample of the current block."""
         key = (kind, width)
         got = self._cache.get(key)
@@ -180,7 +181,7 @@ class Series:
         self._cache[key] = out
         return out
 
-    def _range(self, lay: Layout, width: float, fn: np.ufunc) -> np.ndarray:
+    def _range(self, lay: Layout, width: float, fn: np.ufunc) -> Array:
         x_all = self._x_all
         assert x_all is not None
         s, e = lay.starts(width), lay.new_pos
@@ -207,7 +208,7 @@ class Series:
                out=out[o0:o0 + n])
         return out
 
-    def _slot_constants(self, lay: Layout) -> np.ndarray | None:
+    def _slot_constants(self, lay: Layout) -> Array | None:
         """Per slot its one value when every tail and new value of the slot is that same
         number (no NaN): a flag that does not change in the block, a flat memory level.
         Its min and max over any window are then that value, with no sparse table. None
@@ -224,7 +225,7 @@ class Series:
         self._levels["__const__"] = [firsts] if same else []
         return firsts if same else None
 
-    def _last_slope(self, lay: Layout, width: float, kind: str) -> np.ndarray:
+    def _last_slope(self, lay: Layout, width: float, kind: str) -> Array:
         x_all = self._x_all
         assert x_all is not None
         s, new_pos, t_all = lay.starts(width), lay.new_pos, lay.t_all
@@ -251,7 +252,7 @@ class Series:
         good = has & in_w & (dt > 0)
         return np.where(good, (x_all[lv_c] - x_all[fv_c]) / np.where(good, dt, 1.0), NAN)
 
-    def _increments(self, seg: Segments, x: np.ndarray, valid: np.ndarray) -> np.ndarray:
+    def _increments(self, seg: Segments, x: Array, valid: Array) -> Array:
         """Counter rises at each new sample (reset-tolerant); updates ``last_valid``."""
         n_slots = seg.n_slots
         # per slot: [last valid reading, new values...]
@@ -289,12 +290,12 @@ class WindowSet:
         self.d_before = self.d_state
         self._layout: Layout | None = None
         self._seg: Segments | None = None
-        self._plain_d: np.ndarray | None = None
+        self._plain_d: Array | None = None
         self.started = False
 
     def add(self, key: str, arg: object, kind: str, width: float) -> None:
         """Declare ``kind(arg, width)``; ``key`` names the argument (its canonical text)."""
-        if kind not in KINDS:
+        if kind not in STATISTICS:
             raise ValueError(f"unknown window statistic {kind!r}")
         if not width > 0:
             raise ValueError("window width must be positive")
@@ -328,7 +329,7 @@ class WindowSet:
             self._plain_d = None
         return self._layout
 
-    def plain_d(self, lay: Layout) -> np.ndarray:
+    def plain_d(self, lay: Layout) -> Array:
         """Running sums of the plain weights ``d`` (frac denominators; means over values
         that were never missing), once per block."""
         if self._plain_d is None:
@@ -336,7 +337,7 @@ class WindowSet:
         return self._plain_d
 
     def value(self, seg: Segments, key: str, kind: str, width: float,
-              arg: Callable[[], np.ndarray]) -> np.ndarray:
+              arg: Callable[[], Array]) -> Array:
         """``kind(key, width)`` at each new sample of ``seg``; ``arg()`` gives the argument's
         values (called once per block)."""
         if len(seg.ts) == 0:
@@ -347,12 +348,12 @@ class WindowSet:
             s.advance(self, lay, arg())
         return s.value(self, lay, kind, float(width))
 
-    def finish(self, seg: Segments, arg: Callable[[object], np.ndarray]) -> None:
+    def finish(self, seg: Segments, arg: Callable[[object], Array]) -> None:
         """End of a block: advance the series not used in it; carry the tails."""
         self.advance_unused(seg, arg)
         self.carry(seg)
 
-    def advance_unused(self, seg: Segments, arg: Callable[[object], np.ndarray]) -> None:
+    def advance_unused(self, seg: Segments, arg: Callable[[object], Array]) -> None:
         """Advance the series the block did not use (``arg`` gives an argument's values;
         it may read windows of this set or of another set not yet carried)."""
         if len(seg.ts) == 0 or not self.series:
@@ -389,14 +390,14 @@ class Window:
         self._set.add("x", None, kind, width)
         self._slot_of: dict[str, int] = {}
 
-    def update(self, gpu: str, ts: np.ndarray, d: np.ndarray, x: np.ndarray) -> np.ndarray:
+    def update(self, gpu: str, ts: Array, d: Array, x: Array) -> Array:
         """Convenience for one GPU: the statistic at each of its new samples."""
         slot = self._slot_of.setdefault(gpu, len(self._slot_of))
         counts = np.zeros(max(len(self._slot_of), len(self._set.tail_len)), np.int64)
         counts[slot] = len(ts)
         return self.update_block(Segments(ts, d, counts), x)
 
-    def update_block(self, seg: Segments, x: np.ndarray) -> np.ndarray:
+    def update_block(self, seg: Segments, x: Array) -> Array:
         """Statistic at each new sample of ``seg`` (same order), ``x`` its values."""
         out = self._set.value(seg, "x", self.kind, self.width, lambda: x)
         self._set.finish(seg, lambda _arg: x)

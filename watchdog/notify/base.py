@@ -16,7 +16,9 @@ half a batch went out does not send that half twice.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, Literal, Protocol
+from typing import Literal, Protocol
+
+from watchdog.untyped import JsonDoc
 
 AlertStatus = Literal["firing", "resolved"]
 Reason = Literal["new", "update", "resolved", "repeat", "refresh", "test", "meta"]
@@ -45,7 +47,7 @@ class Alert:
     resolved_at: float | None
     rule: str
     summary: str
-    evidence: dict[str, Any] = field(default_factory=dict)
+    evidence: JsonDoc = field(default_factory=dict)
     labels: dict[str, str] = field(default_factory=dict)
     runbook_url: str | None = None
     job_id: str | None = None
@@ -80,7 +82,7 @@ class Accepted:
     what the service said, in a few words, no secrets (``HTTP 200 from am.example``), for
     ``watchdog alerts test``."""
 
-    memory: dict[str, Any] = field(default_factory=dict)
+    memory: JsonDoc = field(default_factory=dict)
     answer: str = ""
 
 
@@ -94,7 +96,7 @@ class Retry:
 
     error: str
     after: float | None = None
-    memory: dict[str, Any] = field(default_factory=dict)
+    memory: JsonDoc = field(default_factory=dict)
 
 
 @dataclass(frozen=True, slots=True)
@@ -102,7 +104,7 @@ class Failed:
     """Undeliverable (a 4xx other than 429, a refused payload): never retried."""
 
     error: str
-    memory: dict[str, Any] = field(default_factory=dict)
+    memory: JsonDoc = field(default_factory=dict)
 
 
 Result = Accepted | Retry | Failed
@@ -122,7 +124,7 @@ class Sink(Protocol):
     rate_per_s: float | None
     resend_interval: float | None
 
-    def send(self, n: Notification, memory: dict[str, Any]) -> Result:
+    def send(self, n: Notification, memory: JsonDoc) -> Result:
         ...
 
     def close(self) -> None:

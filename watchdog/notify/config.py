@@ -14,14 +14,24 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Protocol
 
 from watchdog.errors import InputError
 from watchdog.incident import KINDS, SEVERITIES
+from watchdog.notify import sinks as sink_types
 from watchdog.paths import beside
 from watchdog.units import duration_in, number_in
+from watchdog.untyped import Json, JsonDoc
 
-SINK_TYPES = ("slack", "pagerduty", "alertmanager", "webhook", "log")
+if TYPE_CHECKING:
+    import yaml
+
+
+class At(Protocol):
+    """``file:line: notify.KEY…`` of the keys given (for an error line)."""
+
+    def __call__(self, *keys: str) -> str: ...
+
 #: Kinds that make every other kind on the same GPU (or node) pointless to page about.
 DEFAULT_INHIBITORS = ("gpu_lost", "nvml_error")
 
@@ -56,7 +66,7 @@ class Inhibit:
 class SinkSpec:
     name: str
     type: str
-    options: dict[str, Any]
+    options: JsonDoc
     where: str
 
 
@@ -91,7 +101,7 @@ class NotifyConfig:
     drain_timeout: float = 10.0
     path: str | None = None
     runbook_url: str | None = None
-    extra: dict[str, Any] = field(default_factory=dict)
+    extra: JsonDoc = field(default_factory=dict)
 
     def sinks_for(self, severity: str, kind: str, down: str | None = None) -> tuple[str, ...]:
         """Sink names an alert of ``severity`` and ``kind`` is routed to. ``down``: the
@@ -133,7 +143,8 @@ RANGES: dict[str, tuple[float, float]] = {
 _KEYS = {*_TIMERS, "flap_count", "send_resolved", "outbox_max", "routes", "inhibit", "sinks"}
 
 
-def key_lines(path: str | Path | None, node: Any = None) -> dict[tuple[str, ...], int]:
+def key_lines(path: str | Path | None, node: yaml.Node | None = None
+              ) -> dict[tuple[str, ...], int]:
     """``{("notify", "sinks", "slack", "token_env"): line, …}`` for every mapping key of
     the config's node graph ``node`` (or of the file ``path``, read within the bounds of
     :mod:`watchdog.yamlsafe`, which also bounds this walk)."""
@@ -150,7 +161,7 @@ def key_lines(path: str | Path | None, node: Any = None) -> dict[tuple[str, ...]
             return {}
     out: dict[tuple[str, ...], int] = {}
 
-    def walk(n: Any, at: tuple[str, ...]) -> None:
+    def walk(n: yaml.Node, at: tuple[str, ...]) -> None:
         if isinstance(n, yaml.MappingNode):
             for k, v in n.value:
                 key = (*at, str(k.value))
@@ -165,14 +176,15 @@ def key_lines(path: str | Path | None, node: Any = None) -> dict[tuple[str, ...]
     return out
 
 
-def parse_notify(data: Any, lines: dict[str, int], path: str | None,
-                 runbook_url: str | None = None, node: Any = None) -> NotifyConfig:
+def parse_notify(data: Json, lines: dict[str, int], path: str | None,
+                 runbook_url: str | None = None, node: yaml.Node | None = None
+                 ) -> NotifyConfig:
     """Validate ``notify:`` (``data``); ``lines`` are the config's top-level key lines,
     ``node`` the config's YAML node graph (read again from ``path`` when not given)."""
     nested = key_lines(path, node)
 
     def at(*keys: str) -> str:
-        line = nested.get(("notify", *keys)) or lines.get("notify", "?")
+        line = nested.get(("notify", *keys)) or lines.get("notify") or "?"
         return f"{path or 'config'}:{line}: notify" + "".join(f".{k}" for k in keys)
 
     if data is None:
@@ -183,7 +195,7 @@ def parse_notify(data: Any, lines: dict[str, int], path: str | None,
     if unknown:
         k = sorted(unknown)[0]
         raise InputError(f"{at(k)}: unknown setting (known: {', '.join(sorted(_KEYS))})")
-    out: dict[str, Any] = {"path": path, "runbook_url": runbook_url}
+    out: JsonDoc = {"path": path, "runbook_url": runbook_url}
     for k in _TIMERS:
         if k in data:
             lo, hi = RANGES[k]
@@ -206,7 +218,7 @@ def parse_notify(data: Any, lines: dict[str, int], path: str | None,
     return NotifyConfig(**out)
 
 
-def _kinds(v: Any, where: str, allowed: tuple[str, ...], what: str) -> frozenset[str]:
+def _kinds(v: Json, where: str, allowed: tuple[str, ...], what: str) -> frozenset[str]:
     items = [v] if isinstance(v, str) else v
     if not isinstance(items, list) or not all(isinstance(x, str) for x in items):
         raise InputError(f"{where}: must be a {what} or a list of them")
@@ -216,7 +228,7 @@ def _kinds(v: Any, where: str, allowed: tuple[str, ...], what: str) -> frozenset
     return frozenset(items)
 
 
-def _sinks(data: Any, at: Any, path: str | None = None) -> tuple[SinkSpec, ...]:
+def _sinks(data: Json, at: At, path: str | None = None) -> tuple[SinkSpec, ...]:
     """DESIGN.md's list ``[{name: slack, type: slack, …}, …]``, or a mapping name -> spec."""
     if isinstance(data, dict):
         items = [({**spec, "name": name} if isinstance(spec, dict) else spec, ("sinks", str(name)))
@@ -230,14 +242,14 @@ def _sinks(data: Any, at: Any, path: str | None = None) -> tuple[SinkSpec, ...]:
         where = at(*keys)
         if not isinstance(spec, dict) or "type" not in spec or "name" not in spec:
             raise InputError(f"{where}: a sink is {{name: NAME, type: "
-                             f"{'|'.join(SINK_TYPES)}, …}}")
+                             f"{'|'.join(sink_types.TYPES)}, …}}")
         name = str(spec["name"])
         if name in seen:
             raise InputError(f"{where}: sink name {name!r} is used twice")
         seen.add(name)
-        if spec["type"] not in SINK_TYPES:
+        if spec["type"] not in sink_types.TYPES:
             raise InputError(f"{at(*keys, 'type')}: unknown sink type {spec['type']!r} "
-                             f"(one of: {', '.join(SINK_TYPES)})")
+                             f"(one of: {', '.join(sink_types.TYPES)})")
         # a file the sink reads (token_file, ca_file, …) is relative to the config's folder
         opts = {k: beside(v, path) if k.endswith("_file") and isinstance(v, str) else v
                 for k, v in spec.items() if k not in ("type", "name")}
@@ -246,7 +258,7 @@ def _sinks(data: Any, at: Any, path: str | None = None) -> tuple[SinkSpec, ...]:
     return tuple(out)
 
 
-def _routes(data: Any, names: set[str], at: Any) -> tuple[Route, ...]:
+def _routes(data: Json, names: set[str], at: At) -> tuple[Route, ...]:
     if not isinstance(data, list):
         raise InputError(f"{at('routes')}: must be a list of {{severity, kind, sinks}}")
     out = []
@@ -271,7 +283,7 @@ def _routes(data: Any, names: set[str], at: Any) -> tuple[Route, ...]:
     return tuple(out)
 
 
-def _inhibit(data: Any, at: Any) -> list[Inhibit]:
+def _inhibit(data: Json, at: At) -> list[Inhibit]:
     if not isinstance(data, list):
         raise InputError(f"{at('inhibit')}: must be a list of {{source: [KIND…], target: "
                          "[KIND…]}}")

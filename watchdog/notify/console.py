@@ -1,8 +1,9 @@
-"""A notifier that prints incidents to the terminal, readable at 3 a.m.
+"""A listener that prints incidents to the terminal, readable at 3 a.m.
 
-The first notifier every install has: the daemon's journal (``journalctl -u
-nvml-watchdog``) and the newcomer's terminal both show it. Slack, PagerDuty and
-Alertmanager notifiers build on the same ``(state, incident)`` calls.
+The first place every install hears of incidents: the daemon's journal (``journalctl -u
+nvml-watchdog``) and the newcomer's terminal both show it. It takes the same
+``(transition, incident)`` calls as every listener of the live pipeline; Slack, PagerDuty
+and Alertmanager hear through alerting (:mod:`watchdog.notify.notifier`).
 
 "How long" is the one definition of :mod:`watchdog.notify.render`: the condition's age,
 from ``started_at``. A firing line says ``(for 2 min 30 s)`` when the condition held that
@@ -81,7 +82,7 @@ class ConsoleNotifier:
 
 
 class IncidentLog:
-    """The daemon's notifier: each transition is a line of the agent's one log format
+    """The daemon's console listener: each transition is a line of the agent's one log format
     (:mod:`watchdog.logs`), at a priority the journal filters on: a critical firing is an
     error (``journalctl -p err`` lists it), a warning a warning, a resolve a notice.
 

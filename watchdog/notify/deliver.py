@@ -21,11 +21,10 @@ import sqlite3
 import threading
 import time
 from collections.abc import Callable
-from typing import Any
 
 from watchdog.logs import redact
 from watchdog.notify import store as st
-from watchdog.notify.base import Accepted, Failed, Retry
+from watchdog.notify.base import Accepted, Failed, Result, Retry, Sink
 from watchdog.store.store import Store
 
 log = logging.getLogger("watchdog.notify")
@@ -45,7 +44,7 @@ class Worker(threading.Thread):
     """Sends ``sink``'s outbox rows, oldest first. ``events`` receives ``(kind, sink, text)``
     for the notifier to report (``failed``, ``failing``, ``recovered``)."""
 
-    def __init__(self, sink: Any, db: Store,
+    def __init__(self, sink: Sink, db: Store,
                  events: queue.Queue[tuple[str, str, str]], fail_after: float,
                  wall: Callable[[], float] = time.time, seed: int | None = None,
                  speed: float = 1.0) -> None:
@@ -123,7 +122,7 @@ class Worker(threading.Thread):
         return 0.0
 
     def _record(self, conn: sqlite3.Connection, rid: int, group: str, attempts: int,
-                result: Any) -> None:
+                result: Result) -> None:
         now = self.wall()
         name = self.sink.name
         with st.transaction(conn):

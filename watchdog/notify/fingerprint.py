@@ -22,7 +22,8 @@ from __future__ import annotations
 import hashlib
 import json
 from collections.abc import Mapping
-from typing import Any
+
+from watchdog.incident import KIND_LIST, Incident
 
 #: Labels that say where an incident belongs, not what it is: left out of fingerprints.
 _VOLATILE = frozenset({"job_id", "slurm_job_id"})
@@ -38,14 +39,15 @@ def fingerprint(kind: str, host: str, rule: str, labels: Mapping[str, str],
 
 
 #: Kinds a whole multi-node job shows at once: one page per job, not per node.
-JOB_WIDE = frozenset({"comm_hang", "stall"})
+JOB_WIDE = frozenset(k.name for k in KIND_LIST if k.job_wide)
 
 
-def job_fingerprint(kind: str, job_id: str, episode: str) -> str:
-    """The fingerprint of a job-wide incident: the same on every node of the job run
-    ``episode`` (``<job id>#<run>``); ``job-`` then 16 hex digits, so it never equals a
-    node's."""
-    doc = {"kind": kind, "job": job_id, "episode": episode}
+def job_fingerprint(kind: str, job_id: str, run_id: str) -> str:
+    """The fingerprint of a job-wide incident: the same on every node of the job's run
+    ``run_id`` (``<job id>#<run>``); ``job-`` then 16 hex digits, so it never equals a
+    node's. (The hashed document's key for the run stays ``episode``: the fingerprint is
+    what every node of the fleet, old and new, must compute alike.)"""
+    doc = {"kind": kind, "job": job_id, "episode": run_id}
     blob = json.dumps(doc, sort_keys=True, separators=(",", ":")).encode()
     return "job-" + hashlib.sha256(blob).hexdigest()[:16]
 
@@ -55,11 +57,11 @@ def group_key(host: str, job_id: str | None) -> str:
     return f"{host}/job={job_id}" if job_id else host
 
 
-def identity(inc: Any, scope: str,
+def identity(inc: Incident, scope: str,
              job: tuple[str, str | None] | None) -> tuple[str, str | None]:
     """``(fingerprint, job id)`` of incident ``inc`` whose rule has ``scope`` (``gpu`` or
-    ``node``), on GPUs running ``job`` (``(job id, episode)`` or None): the job's
-    fingerprint for a job-wide kind with a job, else the node's own. A job whose episode
+    ``node``), on GPUs running ``job`` (``(job id, run id)`` or None): the job's
+    fingerprint for a job-wide kind with a job, else the node's own. A job whose run id
     is None (only a process's environment named it: anyone can claim any id) labels the
     alert but never makes it the job's."""
     job_id = job[0] if job else (inc.labels.get("job_id") or inc.labels.get("slurm_job_id"))

@@ -49,8 +49,8 @@ import threading
 import time
 import urllib.parse
 import urllib.request
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Any
 
 MAX_BODY = 64 * 1024
 ENV = "env"  # ``proxy=ENV``: the proxy environment variables decide, as urllib does
@@ -132,20 +132,26 @@ class _Guard:
                 pass
 
 
-def _resolve(host: str, port: int, guard: _Guard) -> list[Any]:
+#: getaddrinfo's answers: (family, type, proto, canonical name, socket address)
+AddrInfo = tuple[socket.AddressFamily, socket.SocketKind, int, str,
+                 tuple[str, int] | tuple[str, int, int, int] | tuple[int, bytes]]
+
+
+def _resolve(host: str, port: int, guard: _Guard) -> Sequence[AddrInfo]:
     """getaddrinfo within the deadline (an IP address is resolved inline)."""
     try:
         ipaddress.ip_address(host)
         return socket.getaddrinfo(host, port, 0, socket.SOCK_STREAM, 0, socket.AI_NUMERICHOST)
     except ValueError:
         pass
-    box: dict[str, Any] = {}
+    found: list[Sequence[AddrInfo]] = []
+    failed: list[OSError] = []
 
     def work() -> None:
         try:
-            box["r"] = socket.getaddrinfo(host, port, 0, socket.SOCK_STREAM)
+            found.append(socket.getaddrinfo(host, port, 0, socket.SOCK_STREAM))
         except OSError as e:
-            box["e"] = e
+            failed.append(e)
 
     t = threading.Thread(target=work, name="watchdog-resolve", daemon=True)
     t.start()
@@ -153,16 +159,17 @@ def _resolve(host: str, port: int, guard: _Guard) -> list[Any]:
     if t.is_alive():  # left behind: it ends when the resolver gives up
         guard.phase = f"resolving {host}"
         raise guard.deadline()
-    if "e" in box:
-        raise box["e"]
-    return box["r"]  # type: ignore[no-any-return]
+    if failed:
+        raise failed[0]
+    return found[0]
 
 
-def _dialer(guard: _Guard) -> Any:
+def _dialer(guard: _Guard) -> Callable[[tuple[str, int], object, object], socket.socket]:
     """http.client's ``_create_connection`` hook: resolve and connect within the deadline,
     registering the socket with the guard so the timer can cut it."""
 
-    def dial(address: tuple[str, int], timeout: Any = None, source: Any = None) -> socket.socket:
+    def dial(address: tuple[str, int], timeout: object = None,
+             source: object = None) -> socket.socket:
         host, port = address
         err: OSError | None = None
         for family, type_, proto, _, sa in _resolve(host, port, guard):

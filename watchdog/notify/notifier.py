@@ -15,22 +15,24 @@ from __future__ import annotations
 
 import logging
 import queue
+import sqlite3
 import time
 from collections.abc import Callable
-from typing import Any
 
 from watchdog.incident import Incident
 from watchdog.notify import outbox
 from watchdog.notify import store as st
+from watchdog.notify.base import Sink
 from watchdog.notify.config import NotifyConfig
 from watchdog.notify.deliver import Worker
-from watchdog.notify.policy import Policy, RuleInfo
+from watchdog.notify.policy import JobClear, JobOf, Policy, RuleInfo
 from watchdog.store.store import Store
+from watchdog.untyped import JsonDoc
 
 log = logging.getLogger("watchdog.notify")
 
 
-def build_sinks(cfg: NotifyConfig) -> dict[str, Any]:
+def build_sinks(cfg: NotifyConfig) -> JsonDoc:
     """Every sink of the config, built (secrets read) now: errors are InputError."""
     from watchdog.notify.sinks import build_sink
 
@@ -43,20 +45,23 @@ class Notifier:
     pipeline's clock; ``wall()`` real time for silences, outbox rows and retries."""
 
     def __init__(self, cfg: NotifyConfig, db: Store, clock: Callable[[], float],
-                 host: str | None, rule_info: RuleInfo, sinks: dict[str, Any] | None = None,
+                 host: str | None, rule_info: RuleInfo, sinks: dict[str, Sink] | None = None,
                  start: bool = True, wall: Callable[[], float] = time.time,
-                 speed: float = 1.0) -> None:
+                 speed: float = 1.0, job_of: JobOf | None = None,
+                 job_clear: JobClear | None = None) -> None:
         self.cfg = cfg
         self.db = db
         self.clock = clock
         self.sinks = build_sinks(cfg) if sinks is None else sinks
-        self.policy = Policy(cfg, db, host, rule_info, clock(), wall=wall)
+        self.policy = Policy(cfg, db, host, rule_info, clock(), wall=wall, job_of=job_of,
+                             job_clear=job_clear)
+        self.resend = {name: s.resend_interval for name, s in self.sinks.items()}
         self.events: queue.Queue[tuple[str, str, str]] = queue.Queue()
         self.wall = wall
         self.workers_speed = speed
         self.workers = {name: Worker(s, db, self.events, cfg.sink_fail_after, wall,
                                      speed=speed) for name, s in self.sinks.items()}
-        self._status: dict[str, Any] = {}
+        self._status: JsonDoc = {}
         self._status_at = -1e18
         self.problems: list[str] = []
         if start:
@@ -73,7 +78,7 @@ class Notifier:
 
     def tick(self, now: float) -> None:
         self._report_events()
-        queued = self.policy.tick(now, self.sinks)
+        queued = self.policy.tick(now, self.resend)
         for n in queued:
             w = self.workers.get(n.sink)
             if w is not None:
@@ -100,7 +105,7 @@ class Notifier:
         limit = self.cfg.drain_timeout if seconds is None else seconds
         end = time.monotonic() + limit
 
-        def counts(c: Any) -> tuple[int, int]:
+        def counts(c: sqlite3.Connection) -> tuple[int, int]:
             left = sum(n for n, _ in st.pending_counts(c).values())
             # rows that become due before the drain time is up are waited for
             horizon = self.wall() + (end - time.monotonic()) * self.workers_speed
@@ -136,7 +141,7 @@ class Notifier:
                 log.warning("closing sink %s: %s", getattr(s, "name", s), e)
 
     # --- status ---------------------------------------------------------------------------------
-    def status(self) -> dict[str, Any]:
+    def status(self) -> JsonDoc:
         """For ``watchdog status`` (cached: safe to call from the metrics thread)."""
         return self._status or {"sinks": {}}
 
@@ -147,7 +152,7 @@ class Notifier:
                 for name, s in (self._status.get("sinks") or {}).items() if s.get("down")}
 
     def _down(self, w: Worker, failing_since: float | None, error: str | None,
-              wall: float) -> dict[str, Any]:
+              wall: float) -> JsonDoc:
         """``down`` (why in words, or None) and ``down_severity``: critical when the sink
         carries critical pages (the routes send it some), else warning."""
         name = w.sink.name
@@ -171,7 +176,9 @@ class Notifier:
         self._status_at = time.monotonic()
         wall = self.wall()
 
-        def read(c: Any) -> tuple[Any, ...]:
+        def read(c: sqlite3.Connection) -> tuple[
+                dict[str, tuple[int, float | None]], dict[str, tuple[float | None, str | None]],
+                dict[str, int], dict[str, int], int, dict[str, int]]:
             return (st.pending_counts(c),
                     {r[0]: r[1:] for r in c.execute(
                         "SELECT sink, failing_since, last_error FROM notify_sinks")},
@@ -201,9 +208,12 @@ class Notifier:
 
 
 def for_agent(cfg: NotifyConfig, db: Store, clock: Callable[[], float], host: str | None,
-              rule_info: RuleInfo, sinks: dict[str, Any] | None = None,
-              wall: Callable[[], float] = time.time) -> Notifier | None:
-    """The daemon's notifier, or None when the config names no sink."""
+              rule_info: RuleInfo, sinks: dict[str, Sink] | None = None,
+              wall: Callable[[], float] = time.time, job_of: JobOf | None = None,
+              job_clear: JobClear | None = None) -> Notifier | None:
+    """The daemon's notifier, or None when the config names no sink. ``job_of`` and
+    ``job_clear``: the policy's view of the node's job and of the fleet (optional)."""
     if not cfg.sinks:
         return None
-    return Notifier(cfg, db, clock, host, rule_info, sinks=sinks, wall=wall)
+    return Notifier(cfg, db, clock, host, rule_info, sinks=sinks, wall=wall, job_of=job_of,
+                    job_clear=job_clear)

@@ -28,11 +28,11 @@ from __future__ import annotations
 
 import time
 from pathlib import PurePath
-from typing import Any
 
 from watchdog import incident as records
 from watchdog.escape import line
 from watchdog.notify.base import Alert, Notification
+from watchdog.untyped import JsonDoc
 
 
 def gpu_list(gpus: tuple[str, ...] | list[str]) -> str:
@@ -110,7 +110,7 @@ def _num(v: float, unit: str = "") -> str:
     return f"{text}{unit}" if unit.startswith("%") else f"{text} {unit}"
 
 
-def _yes(v: Any) -> str:
+def _yes(v: object) -> str:
     return "yes" if v else "no"
 
 
@@ -157,7 +157,7 @@ KNOWN_EVIDENCE = frozenset({*_WORDS, *_FLAGS, *_SKIP, *_POWER, "used", "total",
                             "uncorrected", "new_uncorrected", "score", "learned_longest_s"})
 
 
-def _power(ev: dict[str, Any]) -> str | None:
+def _power(ev: JsonDoc) -> str | None:
     """``power 105 W (idle 120 W, busy 690 W)``: the draw against the GPU's own learned
     levels, which is what ``power_rel`` (0 = idle, 100 = busy) measures; without the
     levels, ``power_rel`` in words (``at or below its idle level``), never the raw number."""
@@ -185,7 +185,7 @@ def _rel_words(rel: float) -> str:
     return f"{rel:.0f}% of the way from idle to busy"
 
 
-def _real(v: Any) -> float | None:
+def _real(v: object) -> float | None:
     """A finite number, else None (NaN, None, text)."""
     if isinstance(v, bool) or not isinstance(v, int | float) or v != v:
         return None
@@ -318,7 +318,7 @@ def as_text(n: Notification, now: float | None = None) -> str:
     return "\n\n".join(blocks)
 
 
-def jsonable_alert(a: Alert) -> dict[str, Any]:
+def jsonable_alert(a: Alert) -> JsonDoc:
     """The alert as JSON: times as ISO 8601 with zone, each also as ``<name>_epoch``
     (POSIX seconds, null when the time is)."""
     from dataclasses import asdict

@@ -20,10 +20,10 @@ from __future__ import annotations
 import json
 import sqlite3
 from dataclasses import asdict
-from typing import Any
 
 from watchdog.notify.base import Alert, Notification
 from watchdog.store.db import migrate, transaction
+from watchdog.untyped import Json, JsonDoc
 
 STEPS = ["""
 CREATE TABLE notify_alerts (
@@ -85,7 +85,7 @@ def notification_from_json(text: str) -> Notification:
     return Notification(**d)
 
 
-def _plain(v: Any) -> Any:
+def _plain(v: object) -> Json:
     if hasattr(v, "item"):
         return v.item()
     if isinstance(v, set | frozenset | tuple):
@@ -111,13 +111,13 @@ def pending_counts(conn: sqlite3.Connection) -> dict[str, tuple[int, float | Non
         "GROUP BY sink")}
 
 
-def get_memory(conn: sqlite3.Connection, sink: str, group: str) -> dict[str, Any]:
+def get_memory(conn: sqlite3.Connection, sink: str, group: str) -> JsonDoc:
     row = conn.execute("SELECT memory FROM notify_memory WHERE sink = ? AND group_key = ?",
                        (sink, group)).fetchone()
     return json.loads(row[0]) if row else {}
 
 
-def put_memory(conn: sqlite3.Connection, sink: str, group: str, memory: dict[str, Any]) -> None:
+def put_memory(conn: sqlite3.Connection, sink: str, group: str, memory: JsonDoc) -> None:
     conn.execute("INSERT INTO notify_memory (sink, group_key, memory) VALUES (?, ?, ?) "
                  "ON CONFLICT(sink, group_key) DO UPDATE SET memory = excluded.memory",
                  (sink, group, json.dumps(memory, default=_plain)))
@@ -142,7 +142,7 @@ def expire_silence(conn: sqlite3.Connection, sid: int, now: float) -> bool:
     return cur.rowcount > 0
 
 
-def silences(conn: sqlite3.Connection, now: float, *, all_: bool = False) -> list[dict[str, Any]]:
+def silences(conn: sqlite3.Connection, now: float, *, all_: bool = False) -> list[JsonDoc]:
     """Active silences (or every one with ``all_``), oldest first. Times: wall clock."""
     q = ("SELECT id, host, gpu, kind, starts_at, ends_at, comment, created_by, expired_at "
          "FROM notify_silences")

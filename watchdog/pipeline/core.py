@@ -21,18 +21,23 @@ depends on it.
 from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Literal
 
-from watchdog.detect import Detector
+from watchdog.detect import Detector, Rule
 from watchdog.detect.engine import LIVE_TICK_BATCH_S, DetectorConfig
 from watchdog.incident import Incident
 from watchdog.records import DeviceInfo, Sample, XidEvent
+
+if TYPE_CHECKING:
+    import pandas as pd
+
+    from watchdog.pipeline.ports import Progress
 
 Mode = Literal["live", "block", "burst"]
 SPARSE_GAP_SAMPLES = 2.5  # max_gap of a log sampled every interval s: 2.5 intervals
 
 
-def build_detector(rules: Any, *, host: str, devices: Sequence[DeviceInfo], mode: Mode,
+def build_detector(rules: Sequence[Rule], *, host: str, devices: Sequence[DeviceInfo], mode: Mode,
                    metrics: Iterable[str] | None = None,
                    interval: float | None = None) -> Detector:
     """The detector for ``mode``'s driver. ``metrics``: the only metrics a recording will
@@ -51,8 +56,9 @@ def build_detector(rules: Any, *, host: str, devices: Sequence[DeviceInfo], mode
     return Detector(rules, host, devices, config, metrics=metrics, tick_batch_s=batch)
 
 
-def feed_blocks(det: Detector, frame: Any, xids: list[XidEvent], *, block_rows: int,
-                progress: Any = None, ends_tick: bool = True) -> None:
+def feed_blocks(det: Detector, frame: pd.DataFrame, xids: list[XidEvent], *,
+                block_rows: int, progress: Progress | None = None,
+                ends_tick: bool = True) -> None:
     """Feed ``frame`` to ``det`` in blocks of about ``block_rows`` rows cut at ticks.
 
     Blocks end on tick boundaries and each block carries the XID events up to the next

@@ -9,16 +9,19 @@ again (:func:`watchdog.detect.learned.trusted_levels`), one log line per GPU.
 from __future__ import annotations
 
 import logging
-from typing import Any
 
+from watchdog.detect import Detector
 from watchdog.detect.learned import LEVELS_VERSION, trusted_levels
+from watchdog.store.agent import AgentStore
 
 log = logging.getLogger("watchdog.agent")
 
 
-def restore(store: Any, detector: Any, host: str | None) -> None:
+def restore(store: AgentStore, detector: Detector, host: str | None) -> None:
     """Load what ``store`` (an :class:`~watchdog.store.agent.AgentStore`) kept for
     ``host`` into ``detector``, dropping levels it cannot trust."""
+    if host is None:  # no host known: nothing was kept for it
+        return
     waits, stored = store.load_learned(host)
     levels, dropped = trusted_levels(stored)
     for line in dropped:
@@ -30,8 +33,10 @@ def restore(store: Any, detector: Any, host: str | None) -> None:
             f"{rule} {w.get('longest_s') or 0:.0f} s" for rule, w in sorted(waits.items())))
 
 
-def persist(store: Any, detector: Any, host: str | None, now: float) -> None:
+def persist(store: AgentStore, detector: Detector, host: str | None, now: float) -> None:
     """Save ``detector``'s learned waits and levels for ``host`` at ``now`` (POSIX s),
     with the version of the levels' definition."""
+    if host is None:
+        return
     store.save_learned(host, detector.learned_state(), detector.learned_levels(), now,
                        LEVELS_VERSION)

@@ -1,11 +1,11 @@
 """The live half of the one pipeline: a source read tick by tick, the detector, the
-agent's state, and the notifiers.
+agent's state, the listeners and alerting.
 
 One :meth:`LivePipeline.tick` = read every GPU at ``clock.now()``, turn failed NVML calls
 into the ``nvml.errors`` metric (so a wedged driver becomes an ``nvml_error`` incident
 through the same rules as everything else), feed the detector, and hand each transition
 (``firing``, ``updated`` when a node-wide incident gains or loses GPUs, ``resolved``) to
-the state store and the notifiers. The scheduler (:mod:`watchdog.service.daemon`) calls
+the state store, the listeners and alerting. The scheduler (:mod:`watchdog.service.daemon`) calls
 it every interval; tests call it on a ManualClock.
 
 A source that cannot be opened (no NVML library, driver not loaded) does not stop the
@@ -21,52 +21,63 @@ import math
 import threading
 import time
 from collections.abc import Callable, Sequence
-from typing import Any
 
 from watchdog.anomaly.handover import Handover
 from watchdog.clock import Clock
+from watchdog.detect import Detector
 from watchdog.errors import SourceUnavailable
 from watchdog.incident import Incident
-from watchdog.pipeline import learned_state
+from watchdog.pipeline.keeper import StateKeeper
 from watchdog.pipeline.own import OwnIncidents, sinks_down
-from watchdog.pipeline.ports import Alerting, AnomalyHook, Recording
+from watchdog.pipeline.ports import (
+    Alerting,
+    AnomalyHook,
+    Listener,
+    OpensOnDevices,
+    SampleRecorder,
+    Transition,
+)
 from watchdog.pipeline.settings import Settings
 from watchdog.pipeline.status import TickStats, status_doc
 from watchdog.records import Sample
 from watchdog.sources.base import LiveSource
+from watchdog.store.agent import AgentStore
+from watchdog.untyped import JsonDoc
 
 log = logging.getLogger("watchdog.agent")
 
-Notify = Callable[[str, Incident], None]
 RETRY_FIRST_S = 5.0
 RETRY_MAX_S = 300.0
 FAILING_FOR_S = 30.0  # every reading failing this long = the source is gone
 GAP_INTERVALS = 3  # no tick for more than this many intervals: the agent itself was held
-SAVE_EVERY_S = 60.0  # learned state to the database (and at shutdown)
-STATUS_EVERY_S = 5.0  # the status row `watchdog status` reads
-PRUNE_EVERY_S = 86_400.0
+# The detector's engagement timeline keeps every rule episode for replay; the live hook
+# asks only about the last few seconds, so episodes that ended this long before the last
+# evaluated tick go (else a year's episodes are searched every tick).
+ENGAGED_KEEP_S = 3600.0
 
 
 class LivePipeline:
-    """Source -> detector -> store and notifiers, one tick at a time (ticks never overlap).
+    """Source -> detector -> store, listeners and alerting, one tick at a time (ticks never
+    overlap).
 
     Every collaborator is built before the pipeline and handed in: ``open_source(now)``
     returns a :class:`LiveSource` or raises ``SourceUnavailable``; ``make_detector(source)``
     builds the detector for its GPUs (:func:`watchdog.pipeline.core.build_detector`);
     ``settings`` owns the interval and the rules (:mod:`watchdog.pipeline.settings`; a
-    plain ``interval`` makes one). ``store`` (an :class:`~watchdog.store.agent.AgentStore`
-    or None) keeps learned state, incidents and status. ``notifiers`` are called with
-    ``(transition, incident)``; ``notifier`` is the :class:`Alerting` facade;
-    ``anomaly`` the :class:`AnomalyHook`; ``recorder`` the :class:`Recording`.
+    plain ``interval`` makes one). ``store`` (or None) keeps learned state, incidents and
+    status. ``listeners`` are called with every ``(transition, incident)``; ``alerting``
+    is the :class:`Alerting` facade; ``anomaly`` the :class:`AnomalyHook`; ``recorder``
+    the :class:`SampleRecorder`; ``extra_status``: parts of ``watchdog status`` the agent's
+    other parts keep up to date (the metrics endpoint's, the job tracker's).
     """
 
     def __init__(self, open_source: Callable[[float], LiveSource],
-                 make_detector: Callable[[LiveSource], Any], clock: Clock, *,
+                 make_detector: Callable[[LiveSource], Detector], clock: Clock, *,
                  spec: str, interval: float | None = None, settings: Settings | None = None,
-                 store: Any = None, notifiers: Sequence[Notify] = (),
-                 notifier: Alerting | None = None, recorder: Recording | None = None,
+                 store: AgentStore | None = None, listeners: Sequence[Listener] = (),
+                 alerting: Alerting | None = None, recorder: SampleRecorder | None = None,
                  host: str | None = None, anomaly: AnomalyHook | None = None,
-                 watch_gaps: bool = False) -> None:
+                 watch_gaps: bool = False, extra_status: JsonDoc | None = None) -> None:
         if settings is None:
             if interval is None:
                 raise ValueError("LivePipeline needs settings or an interval")
@@ -77,19 +88,20 @@ class LivePipeline:
         self.spec = spec
         self.settings = settings
         self.store = store
-        self.notifiers = list(notifiers)
-        self.notifier = notifier
+        self.keeper = StateKeeper(store)
+        self.listeners = list(listeners)
+        self.alerting = alerting
         self.recorder = recorder
         self.anomaly = anomaly
         self.handover = Handover()  # one page per problem: a rule takes an anomaly over
         self.host = host
         self.stats = TickStats()
         self.source: LiveSource | None = None
-        self.detector: Any = None
+        self.detector: Detector | None = None
         self.source_error: str | None = None
         self.started_at = clock.now()
         self.last_samples: list[Sample] = []
-        self.extra_status: dict[str, Any] = {}  # e.g. the metrics endpoint's state
+        self.extra_status = extra_status if extra_status is not None else {}
         self._lock = threading.Lock()
         self.own = OwnIncidents(lambda: self.host)  # nvml_error (no GPUs), agent (state)
         self._retry_at = -math.inf
@@ -97,19 +109,12 @@ class LivePipeline:
         self._failing_since: float | None = None
         self._record_error: str | None = None
         self._alerting_error: str | None = None
-        self._runtime_file = False
-        self._state_error: str | None = None
         self._prev_tick: float | None = None
         # a gap in the agent's own ticks is a log line and, past a minute, an incident: on
         # for the real agent only (a simulated node at --speed, a test's manual clock, jump)
         self.watch_gaps = watch_gaps
-        # id(incident) -> (the incident, its key in the store); holding the incident keeps
-        # its id from being reused by a new one while the entry exists
-        self._keys: dict[int, tuple[Incident, str]] = {}
         self._members: dict[int, tuple[str, ...]] = {}
-        self._saved_at = -math.inf
-        self._status_at = -math.inf
-        self._pruned_at = -math.inf
+        self._forgot_at = -math.inf
         if store is not None:
             n = store.close_open_incidents(clock.now(), "agent restarted")
             if n:
@@ -117,7 +122,7 @@ class LivePipeline:
                          "raised again if the condition persists", n)
 
     # --- the tick ------------------------------------------------------------------------
-    def tick(self) -> list[tuple[str, Incident]]:
+    def tick(self) -> list[Transition]:
         """Sample once at ``clock.now()``, detect, record, notify; returns the transitions.
 
         Ticks never overlap: a call made while one runs waits for it."""
@@ -127,13 +132,13 @@ class LivePipeline:
             self.stats.last_tick_ms = (time.process_time() - cpu0) * 1000.0
             return out
 
-    def _tick(self, now: float) -> list[tuple[str, Incident]]:
-        changes: list[tuple[str, Incident]] = []
+    def _tick(self, now: float) -> list[Transition]:
+        changes: list[Transition] = []
         self._note_timing(now, changes)
         if self.source is None and not self._try_open(now, changes):
             self._deliver(now, changes)
             return changes
-        assert self.source is not None
+        assert self.source is not None and self.detector is not None
         try:
             samples = self.source.sample(now)
         except Exception as e:  # noqa: BLE001 - a bad tick must not kill the daemon
@@ -158,6 +163,10 @@ class LivePipeline:
         self.detector.feed_tick(now, samples)
         changes.extend(self.detector.drain())
         self._updates(changes)
+        if now - self._forgot_at >= ENGAGED_KEEP_S:
+            self._forgot_at = now
+            engaged = self.detector.engaged
+            engaged.forget_before(engaged.until - ENGAGED_KEEP_S)
         if self.anomaly is not None:
             try:
                 changes.extend(self.anomaly(now, samples, self.detector.engaged))
@@ -172,6 +181,7 @@ class LivePipeline:
 
     def _record(self, now: float, samples: list[Sample]) -> None:
         """Continuous recording; a full disk pauses it (logged once), never detection."""
+        assert self.recorder is not None
         try:
             self.recorder.write(now, samples)
         except Exception as e:  # noqa: BLE001 - a recording problem must not stop detection
@@ -189,7 +199,7 @@ class LivePipeline:
         """The sampling period (s of the clock), owned by :attr:`settings`."""
         return self.settings.interval
 
-    def _note_timing(self, now: float, changes: list[tuple[str, Incident]]) -> None:
+    def _note_timing(self, now: float, changes: list[Transition]) -> None:
         prev, self._prev_tick = self._prev_tick, now
         if self.watch_gaps:
             self.own.notices(now, changes)
@@ -214,8 +224,9 @@ class LivePipeline:
                 self.stats.nvml_errors += n
                 self.stats.errors_by_gpu[s.uuid] = self.stats.errors_by_gpu.get(s.uuid, 0) + n
 
-    def _updates(self, changes: list[tuple[str, Incident]]) -> None:
+    def _updates(self, changes: list[Transition]) -> None:
         """Add ``updated`` for active incidents whose GPUs changed since the last tick."""
+        assert self.detector is not None
         seen = {id(inc) for _, inc in changes}
         for inc in self.detector.incidents:
             if inc.resolved_at is not None or inc.fired_at is None:
@@ -228,7 +239,7 @@ class LivePipeline:
             self._members[key] = now_members
 
     # --- the source coming and going -------------------------------------------------------
-    def _try_open(self, now: float, changes: list[tuple[str, Incident]]) -> bool:
+    def _try_open(self, now: float, changes: list[Transition]) -> bool:
         if now < self._retry_at:
             return False
         try:
@@ -244,18 +255,17 @@ class LivePipeline:
         self.source = source
         self.source_error = None
         self.host = self.host or source.host
-        if self.recorder is not None:
-            self.recorder.open(self.host, source.devices())
-        if self.anomaly is not None and hasattr(self.anomaly, "open"):
-            self.anomaly.open(self.host, source.devices())
+        for part in (self.recorder, self.anomaly):
+            if isinstance(part, OpensOnDevices):
+                part.open(self.host, source.devices())
         self._retry_s = RETRY_FIRST_S
         self.detector = self._make_detector(source)
-        self._load_learned()
+        self.keeper.restore(self.detector, self.host)
         if self.own.source_up(now, changes):
             log.info("%s opened: watching %d GPUs again", self.spec, len(source.devices()))
         return True
 
-    def _source_lost(self, now: float, why: str, changes: list[tuple[str, Incident]]) -> None:
+    def _source_lost(self, now: float, why: str, changes: list[Transition]) -> None:
         """Every reading failing: close the source and go back to retrying to open it."""
         self.save()
         try:
@@ -270,26 +280,26 @@ class LivePipeline:
         self.own.source_down(now, why, changes)
 
     # --- notifications, state ------------------------------------------------------------
-    def _deliver(self, now: float, changes: list[tuple[str, Incident]]) -> None:
+    def _deliver(self, now: float, changes: list[Transition]) -> None:
         if self.store is not None:
             self.own.storage(now, self.store.db, changes)
-        if self.notifier is not None and hasattr(self.notifier, "down"):
-            sinks_down(self.own, now, self.notifier.down(), changes)
+        if self.alerting is not None:
+            sinks_down(self.own, now, self.alerting.down(), changes)
         for what, inc in changes:
-            self._store_incident(now, inc)
-            for notify in self.notifiers:
+            self.keeper.record(now, inc)
+            for listen in self.listeners:
                 try:
-                    notify(what, inc)
-                except Exception as e:  # noqa: BLE001 - one broken notifier must not stop others
-                    log.error("notifier %r failed: %s: %s", notify, type(e).__name__, e)
+                    listen(what, inc)
+                except Exception as e:  # noqa: BLE001 - one broken listener must not stop others
+                    log.error("listener %r failed: %s: %s", listen, type(e).__name__, e)
             self.stats.notifications += 1
             if what == "resolved":
                 self._members.pop(id(inc), None)
-        if self.notifier is not None:
+        if self.alerting is not None:
             try:
                 if changes:
-                    self.notifier.observe(changes)
-                self.notifier.tick(now)
+                    self.alerting.observe(changes)
+                self.alerting.tick(now)
             except Exception as e:  # noqa: BLE001 - alerting trouble must not stop sampling
                 text = f"{type(e).__name__}: {e}"
                 if text != self._alerting_error:
@@ -301,81 +311,14 @@ class LivePipeline:
                 self._alerting_error = None
         if self.detector is not None and any(w == "resolved" for w, _ in changes):
             self.detector.forget_resolved()
-        self._housekeeping(now)
-
-    def _store_incident(self, now: float, inc: Incident) -> None:
-        entry = self._keys.get(id(inc))
-        if entry is not None and entry[0] is inc:
-            key = entry[1]
-        else:
-            who = inc.uuids[0] if inc.uuids else "node"
-            key = f"{inc.rule}/{who}/{round(inc.started_at * 1000)}"
-            self._keys[id(inc)] = (inc, key)
-        if inc.resolved_at is not None:
-            self._keys.pop(id(inc), None)
-        if self.store is None:
-            return
-        try:
-            self.store.record_incident(key, inc, now)
-        except Exception as e:  # noqa: BLE001 - a broken database must not stop detection
-            self._state_failed(f"cannot record incident {key}", e)
-
-    def _housekeeping(self, now: float) -> None:
-        if self.store is None:
-            return
-        try:
-            if now - self._saved_at >= SAVE_EVERY_S:
-                self.save()
-            if now - self._status_at >= STATUS_EVERY_S:
-                self._status_at = now
-                doc = self.status()
-                self.store.write_status(doc, now)
-                self._runtime_status(doc, now)
-            if now - self._pruned_at >= PRUNE_EVERY_S:
-                self._pruned_at = now
-                n = self.store.prune(now, self.settings.retention_s)
-                if n:
-                    log.info("pruned %d old row(s) from the state database", n)
-        except Exception as e:  # noqa: BLE001 - a broken database must not stop detection
-            self._state_failed("cannot write agent state", e)
-        else:
-            self._state_error = None
-
-    def _runtime_status(self, doc: dict[str, Any], now: float) -> None:
-        """While the state is in memory only, ``watchdog status`` reads the status from a
-        file in memory (:mod:`watchdog.store.runtime`); it goes once the state is back."""
-        from watchdog.store import runtime
-
-        db = self.store.db
-        try:
-            if db.mode == "memory":
-                runtime.write(db.dir, {**doc, "status_written_at": now})
-                self._runtime_file = True
-            elif self._runtime_file:
-                runtime.remove(db.dir)
-                self._runtime_file = False
-        except OSError as e:
-            self._state_failed("cannot write the in-memory status file", e)
-
-    def _state_failed(self, what: str, e: BaseException) -> None:
-        """Log a state-database failure once (the same error every tick is one line)."""
-        text = f"{type(e).__name__}: {e}"
-        if text != self._state_error:
-            log.error("%s: %s (detection and alerting go on)", what, text)
-        self._state_error = text
-
-    def _load_learned(self) -> None:
-        if self.store is not None and self.detector is not None:
-            learned_state.restore(self.store, self.detector, self.host)
+        self.keeper.upkeep(now, self.detector, self.host, self.status,
+                           self.settings.retention_s)
 
     def save(self) -> None:
         """Write the learned waits and levels to the store (every minute and at shutdown)."""
-        now = self.clock.now()
-        self._saved_at = now
-        if self.store is not None and self.detector is not None:
-            learned_state.persist(self.store, self.detector, self.host, now)
+        self.keeper.save(self.clock.now(), self.detector, self.host)
 
-    def replace_detector(self, make_detector: Callable[[LiveSource], Any] | None = None
+    def replace_detector(self, make_detector: Callable[[LiveSource], Detector] | None = None
                          ) -> None:
         """New rules (SIGHUP): a new detector (from ``make_detector``, else the factory the
         pipeline has, which reads the rules in force) with the learned state carried over.
@@ -389,14 +332,14 @@ class LivePipeline:
                 return
             self.save()  # evaluates ticks the detector still buffers (tick_batch_s)
             now = self.clock.now()
-            changes: list[tuple[str, Incident]] = list(self.detector.drain())
+            changes: list[Transition] = list(self.detector.drain())
             for inc in self.detector.incidents:
                 if inc.resolved_at is None:
                     inc.resolved_at = now
                     inc.evidence["resolved_by"] = "rules reloaded"
                     changes.append(("resolved", inc))
             self.detector = make_detector(self.source)
-            self._load_learned()
+            self.keeper.restore(self.detector, self.host)
             self._deliver(now, changes)
 
     def annotate(self, inc: Incident, key: str, text: str) -> None:
@@ -406,9 +349,9 @@ class LivePipeline:
             if inc.resolved_at is not None:
                 return
             inc.evidence[key] = [*inc.evidence.get(key, []), text][-10:]
-            self._store_incident(self.clock.now(), inc)
+            self.keeper.record(self.clock.now(), inc)
 
-    def status(self) -> dict[str, Any]:
+    def status(self) -> JsonDoc:
         """The status document ``watchdog status`` prints (JSON-ready)."""
         return status_doc(self)
 
@@ -418,30 +361,30 @@ class LivePipeline:
             now = self.clock.now()
             if self.store is not None and self.store.db.mode == "memory":
                 # one last try to put the state on disk, and say so if it worked
-                changes: list[tuple[str, Incident]] = []
+                changes: list[Transition] = []
                 self.store.db.try_disk(force=True)
                 self.own.storage(now, self.store.db, changes)
-                if changes and self.notifier is not None:
+                if changes and self.alerting is not None:
                     try:
-                        self.notifier.observe(changes)
-                        self.notifier.tick(now)
+                        self.alerting.observe(changes)
+                        self.alerting.tick(now)
                     except Exception as e:  # noqa: BLE001 - shutdown goes on
                         log.error("alerting at shutdown: %s", e)
                 for _, inc in changes:
-                    self._store_incident(now, inc)
+                    self.keeper.record(now, inc)
             try:
                 self.save()
                 if self.store is not None:
                     doc = self.status()
                     doc["stopped_at"] = self.clock.now()
                     self.store.write_status(doc, self.clock.now())
-                    self._runtime_status(doc, self.clock.now())
+                    self.keeper.runtime_status(doc, self.clock.now())
             except Exception as e:  # noqa: BLE001 - shutdown goes on
                 log.error("cannot save agent state at shutdown: %s", e)
-            if self.notifier is not None:
+            if self.alerting is not None:
                 try:
-                    self.notifier.drain(drain_s)
-                    self.notifier.close()
+                    self.alerting.drain(drain_s)
+                    self.alerting.close()
                 except Exception as e:  # noqa: BLE001
                     log.error("alerting shutdown: %s", e)
             if self.recorder is not None:

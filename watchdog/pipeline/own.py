@@ -22,9 +22,9 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable
-from typing import Any
 
 from watchdog.incident import Incident
+from watchdog.store.store import Store
 
 UNAVAILABLE_RULE = "nvml_unavailable"
 MEMORY_RULE = "state_memory_only"
@@ -83,7 +83,7 @@ class OwnIncidents:
                             changes) is not None
 
     # --- the state database ---------------------------------------------------------------
-    def storage(self, now: float, db: Any, changes: Changes) -> None:
+    def storage(self, now: float, db: Store, changes: Changes) -> None:
         """The state database's news since the last tick (:meth:`Store.take_events`) as
         incidents; also gives it its chance to go back to disk (paced by itself)."""
         db.try_disk()

@@ -13,12 +13,26 @@ import functools
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Protocol
 
 from watchdog.incident import Incident, iso
 from watchdog.pipeline import core
+from watchdog.records import DeviceInfo
 from watchdog.sources import is_sim
 from watchdog.sources.sim.frames import SIM_START, simulate, simulate_chunks
+from watchdog.untyped import JsonDoc
+
+if TYPE_CHECKING:
+    import pandas as pd
+
+    from watchdog.anomaly.offline import Decision
+    from watchdog.detect import Detector, Rule
+    from watchdog.detect.coverage import Note
+    from watchdog.detect.engaged import EngagedTimeline
+    from watchdog.pipeline.ports import Progress, ProgressBar
+    from watchdog.sources.replay.frame import Recording
+    from watchdog.sources.replay.parts import Parts
+    from watchdog.sources.wandb.console import ConsoleLine
 
 BLOCK_ROWS = 131_072  # the engine's MAX_BLOCK_ROWS: fewer, larger blocks cost less per row
 
@@ -50,22 +64,23 @@ class Replayed:
 
     path: str
     host: str
-    frames: list[Any]
+    frames: list[pd.DataFrame]
     incidents: list[Incident] = field(default_factory=list)
-    stats: dict[str, Any] | None = None  # gpus/samples/start/end when frames are a sample
-    engaged: Any = None  # when a rule was pending or firing on each GPU (the detector's)
+    stats: JsonDoc | None = None  # gpus/samples/start/end when frames are a sample
+    # when a rule was pending or firing on each GPU (the detector's)
+    engaged: EngagedTimeline | None = None
     # what the log let each rule judge (watchdog.detect.coverage.Note): rules that could
     # not run on it and why, rules that ran on a fallback; said once per log
-    notes: list[Any] = field(default_factory=list)
+    notes: list[Note] = field(default_factory=list)
     # what the job itself said, when the input records it (a W&B run): notable console
     # lines (watchdog.sources.wandb.console.ConsoleLine) and the exit code
-    console: list[Any] | None = None
+    console: list[ConsoleLine] | None = None
     exit_code: int | None = None
     # the anomaly model's decision per GPU (watchdog.anomaly.offline.Decision), when asked
-    model: list[Any] = field(default_factory=list)
+    model: list[Decision] = field(default_factory=list)
 
     @functools.cached_property
-    def frame(self) -> Any:
+    def frame(self) -> pd.DataFrame:
         """The whole frame."""
         if len(self.frames) == 1:
             return self.frames[0]
@@ -73,7 +88,7 @@ class Replayed:
 
         return pd.concat(self.frames, ignore_index=True)
 
-    def source_json(self) -> dict[str, Any]:
+    def source_json(self) -> JsonDoc:
         """The ``sources`` entry of the JSON document."""
         job = {} if self.console is None else {"exit_code": self.exit_code}
         if self.stats is not None:
@@ -89,7 +104,7 @@ class Replayed:
             **job,
         }
 
-    def console_near(self, inc: Incident) -> list[Any]:
+    def console_near(self, inc: Incident) -> list[ConsoleLine]:
         """The job's console lines worth showing next to ``inc`` (empty when the input
         records no console): see :func:`watchdog.sources.wandb.console.nearby`."""
         if not self.console:
@@ -103,7 +118,7 @@ class Replayed:
         return nearby(self.console, inc.started_at, end)
 
 
-def gpu_count(frame: Any) -> int:
+def gpu_count(frame: pd.DataFrame) -> int:
     """Distinct GPUs (uuids) in a frame: ``frame["uuid"].nunique()``, without hashing a
     million strings when every tick lists the first tick's GPUs in order."""
     import numpy as np
@@ -120,7 +135,7 @@ def gpu_count(frame: Any) -> int:
     return int(frame["uuid"].nunique())
 
 
-def sampling_interval(frame: Any, rows: int = 20_000) -> float | None:
+def sampling_interval(frame: pd.DataFrame, rows: int = 20_000) -> float | None:
     """The median time between one GPU's samples (s), from the first GPU's rows among the
     first ``rows`` of ``frame`` (None with fewer than two)."""
     import numpy as np
@@ -136,8 +151,8 @@ def sampling_interval(frame: Any, rows: int = 20_000) -> float | None:
     return step if step > 0 else None
 
 
-def judged(rules: Any, frames: Sequence[Any], metrics: Sequence[str], devices: Any,
-           det: Any, xids: bool = False) -> list[Any]:
+def judged(rules: Sequence[Rule], frames: Sequence[pd.DataFrame], metrics: Sequence[str],
+           devices: Sequence[DeviceInfo], det: Detector, xids: bool = False) -> list[Note]:
     """The coverage notes of a log (:mod:`watchdog.detect.coverage`) whose ``frames``
     carry ``metrics``: a metric counts when some frame holds a value of it."""
     from watchdog.detect.coverage import coverage, late, merge
@@ -149,16 +164,17 @@ def judged(rules: Any, frames: Sequence[Any], metrics: Sequence[str], devices: A
                  late(list(rules), have, list(devices), det.learned_since()))
 
 
-def detect(recording: Any, rules: Any, *, host: str | None = None,
-           block_rows: int = BLOCK_ROWS, progress: Any = None) -> list[Incident]:
+def detect(recording: Recording, rules: Sequence[Rule], *, host: str | None = None,
+           block_rows: int = BLOCK_ROWS, progress: Progress | None = None) -> list[Incident]:
     """Run a fresh detector over ``recording``'s frame (:func:`core.feed_blocks`).
     Returns every incident (active ones have ``resolved_at`` None)."""
     return list(detector_over(recording, rules, host=host, block_rows=block_rows,
                               progress=progress).incidents)
 
 
-def detector_over(recording: Any, rules: Any, *, host: str | None = None,
-                  block_rows: int = BLOCK_ROWS, progress: Any = None) -> Any:
+def detector_over(recording: Recording, rules: Sequence[Rule], *, host: str | None = None,
+                  block_rows: int = BLOCK_ROWS, progress: Progress | None = None
+                  ) -> Detector:
     """The finished detector of :func:`detect` (its incidents, and when each GPU was
     engaged by a rule, for the anomaly stage)."""
     xids = sorted(getattr(recording, "xids", ()) or (), key=lambda x: x.ts)
@@ -171,15 +187,17 @@ def detector_over(recording: Any, rules: Any, *, host: str | None = None,
     return det
 
 
-def detect_parts(parts: Any, rules: Any, *, host: str | None = None,
-                 block_rows: int = BLOCK_ROWS, progress: Any = None) -> list[Incident]:
+def detect_parts(parts: Parts, rules: Sequence[Rule], *, host: str | None = None,
+                 block_rows: int = BLOCK_ROWS, progress: Progress | None = None
+                 ) -> list[Incident]:
     """:func:`detect` over a log read in parts (see :func:`detector_over_parts`)."""
     return list(detector_over_parts(parts, rules, host=host, block_rows=block_rows,
                                     progress=progress).incidents)
 
 
-def detector_over_parts(parts: Any, rules: Any, *, host: str | None = None,
-                        block_rows: int = BLOCK_ROWS, progress: Any = None) -> Any:
+def detector_over_parts(parts: Parts, rules: Sequence[Rule], *, host: str | None = None,
+                        block_rows: int = BLOCK_ROWS, progress: Progress | None = None
+                        ) -> Detector:
     """The finished detector over a log read in parts
     (:mod:`watchdog.sources.replay.parts`): it works on each part while the next one is
     parsed (``parts.read`` holds the parts); raises ``NotInParts`` when the log must be
@@ -215,7 +233,7 @@ class Feedback(Protocol):
     never prints; the command decides where this goes (``watchdog replay``: a bar on a
     terminal, warnings on stderr)."""
 
-    def progress(self, total: int, name: str) -> Any:
+    def progress(self, total: int, name: str) -> ProgressBar:
         """A context manager with ``update(rows)`` and ``set_total(rows)``."""
         ...
 
@@ -230,7 +248,7 @@ class Quiet:
     def __init__(self) -> None:
         self.warnings: list[str] = []
 
-    def progress(self, total: int, name: str) -> Any:
+    def progress(self, total: int, name: str) -> ProgressBar:
         return _NoBar()
 
     def warn(self, line: str) -> None:
@@ -251,7 +269,8 @@ class _NoBar:
         return None
 
 
-def _replay_sim(path: str, opts: ReplayOptions, rules: Any, fb: Feedback) -> Replayed:
+def _replay_sim(path: str, opts: ReplayOptions, rules: Sequence[Rule],
+                fb: Feedback) -> Replayed:
     """Stream a simulated node through a fresh detector chunk by chunk: memory is flat
     however long the simulation (``sim:healthy --duration 10d``: 6.9 M rows), progress
     shows from the first chunk. Kept for ``--plot`` and the source line: every n-th tick,
@@ -268,7 +287,7 @@ def _replay_sim(path: str, opts: ReplayOptions, rules: Any, fb: Feedback) -> Rep
     step = max(1, math.ceil(total / PLOT_ROWS))
     host = opts.host or src.host
     det = None
-    kept: list[Any] = []
+    kept: list[pd.DataFrame] = []
     rows, first_ts, last_ts, uuids = 0, None, None, set()
     with fb.progress(total, path) as bar:
         for frame, xids in chunks:
@@ -298,7 +317,7 @@ def _replay_sim(path: str, opts: ReplayOptions, rules: Any, fb: Feedback) -> Rep
                     engaged=det.engaged if det is not None else None)
 
 
-def open_input(path: str, opts: ReplayOptions, in_parts: bool = True) -> Any:
+def open_input(path: str, opts: ReplayOptions, in_parts: bool = True) -> Recording:
     """A recording for ``path``: a log through the replay readers or a simulated node
     (``in_parts``: see :func:`~watchdog.sources.replay.open_log`)."""
     if is_sim(path):
@@ -333,7 +352,7 @@ def expand(paths: Sequence[str]) -> list[str]:
     return out
 
 
-def replay_inputs(paths: Sequence[str], rules: Any, opts: ReplayOptions,
+def replay_inputs(paths: Sequence[str], rules: Sequence[Rule], opts: ReplayOptions,
                   feedback: Feedback | None = None,
                   skipped: list[tuple[str, str]] | None = None) -> list[Replayed]:
     """Replay every path, one after another, each with a fresh detector; a folder
@@ -356,7 +375,7 @@ def replay_inputs(paths: Sequence[str], rules: Any, opts: ReplayOptions,
     return out
 
 
-def _replay_one(path: str, opts: ReplayOptions, rules: Any, fb: Feedback,
+def _replay_one(path: str, opts: ReplayOptions, rules: Sequence[Rule], fb: Feedback,
                 prefix: str) -> Replayed:
     """One input through a fresh detector (``prefix``: its place among several, for the
     progress bar)."""
@@ -379,7 +398,7 @@ def _replay_one(path: str, opts: ReplayOptions, rules: Any, fb: Feedback,
                     exit_code=getattr(rec, "exit_code", None))
 
 
-def _in_parts(path: str, opts: ReplayOptions, rules: Any,
+def _in_parts(path: str, opts: ReplayOptions, rules: Sequence[Rule],
               fb: Feedback) -> tuple[Replayed | None, bool]:
     """Replay a large nvidia-smi log read in parts (see :func:`detect_parts`). Returns the
     result (None when it is not such a log, or the parts cannot serve it: then it is read

@@ -29,9 +29,10 @@ line naming the file, the case and the limit:
 from __future__ import annotations
 
 import re
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING
 
 import numpy as np
 import yaml
@@ -41,6 +42,12 @@ from watchdog.errors import InputError
 from watchdog.incident import Incident
 from watchdog.records import DeviceInfo, XidEvent
 from watchdog.units import duration_in, parse_duration
+from watchdog.untyped import Array, Json, JsonDoc
+
+if TYPE_CHECKING:
+    import pandas as pd
+
+    from watchdog.detect import RuleSet
 
 T0 = 1_700_000_000.0  # t = 0 of every test (POSIX s)
 #: The most samples one series may expand to.
@@ -69,7 +76,7 @@ FILE_KEYS = ("rule_files", "interval", "devices", "tests")
 EXPECT_KEYS = ("kind", "rule", "gpus", "started_at", "fired_at", "resolved_at", "resolved")
 
 
-def parse_series(text: str) -> np.ndarray:
+def parse_series(text: str) -> Array:
     """Expand the compact series notation into float values (NaN = missing).
 
     ``0x10`` is ten zeros; a hex value needs its count: ``0x48x1``, ``0x4x600``.
@@ -123,10 +130,10 @@ class Case:
     rule_files: list[Path] | None
     interval: float
     devices: list[DeviceInfo]
-    series: dict[int, dict[str, np.ndarray]]
+    series: dict[int, dict[str, Array]]
     xids: list[XidEvent] = field(default_factory=list)
     eval_time: float | None = None
-    expect: list[dict[str, Any]] = field(default_factory=list)
+    expect: list[JsonDoc] = field(default_factory=list)
     expect_absent: list[str] = field(default_factory=list)
     allow_extra: bool = False
     values: int = 0  # longest series x GPUs x metrics: the size of its frame
@@ -164,7 +171,7 @@ def load_cases(path: str | Path) -> list[Case]:
     return cases
 
 
-def _case_lines(root: Any) -> list[int]:
+def _case_lines(root: yaml.Node | None) -> list[int]:
     if isinstance(root, yaml.MappingNode):
         for k, v in root.value:
             if k.value == "tests" and isinstance(v, yaml.SequenceNode):
@@ -172,7 +179,7 @@ def _case_lines(root: Any) -> list[int]:
     return []
 
 
-def _gpu_keys(key: Any) -> list[int]:
+def _gpu_keys(key: Json) -> list[int]:
     """The GPU indices of a ``series:`` key (``0``, ``"1-7"``, ``"0,2"``), each 0 to
     :data:`MAX_GPU`."""
     out: list[int] = []
@@ -190,7 +197,7 @@ def _gpu_keys(key: Any) -> list[int]:
     return out
 
 
-def _case(raw: Any, top: dict[str, Any], file: str, line: int,
+def _case(raw: Json, top: JsonDoc, file: str, line: int,
           rule_files: list[Path] | None) -> Case:
     if not isinstance(raw, dict):
         raise InputError("a test case must be a mapping")
@@ -204,11 +211,11 @@ def _case(raw: Any, top: dict[str, Any], file: str, line: int,
         d = dict(d)
         d.setdefault("uuid", f"GPU-{int(d['index'])}")
         devs[int(d["index"])] = DeviceInfo.from_dict(d)
-    series: dict[int, dict[str, np.ndarray]] = {}
+    series: dict[int, dict[str, Array]] = {}
     given = raw.get("series") or {}
     if not isinstance(given, dict):
         raise InputError("series: a mapping of GPU -> {metric: values}")
-    ticks, gpus, names = 0, set(), set()
+    ticks, gpus, names = 0, set(), set[str]()
     for key, metrics in given.items():
         keys = _gpu_keys(key)
         if not isinstance(metrics, dict | None):
@@ -270,7 +277,7 @@ def _check_size(ticks: int, gpus: int, metrics: int) -> None:
                          "test may have")
 
 
-def build_frame(case: Case) -> Any:
+def build_frame(case: Case) -> pd.DataFrame:
     """The case's input as a replay frame (ts, uuid, index, lost, metrics): one row per
     tick and GPU, sorted by time then GPU index, built column by column (a tick-major
     grid of the series, no per-GPU frames to join and sort)."""
@@ -286,7 +293,7 @@ def build_frame(case: Case) -> Any:
     g = len(gpus)
     names = list(dict.fromkeys(m for gi in gpus for m in case.series[gi] if m != "lost"))
 
-    def grid(name: str, fill: float) -> np.ndarray:
+    def grid(name: str, fill: float) -> Array:
         out = np.full((n, g), fill)
         for j, gi in enumerate(gpus):
             vals = case.series[gi].get(name)
@@ -294,7 +301,7 @@ def build_frame(case: Case) -> Any:
                 out[:min(n, len(vals)), j] = vals[:n]
         return out.ravel()
 
-    cols: dict[str, Any] = {
+    cols: JsonDoc = {
         "ts": np.repeat(ticks, g),
         "uuid": np.tile(np.array([by_index[gi].uuid for gi in gpus], dtype=object), n),
         "index": np.tile(np.array(gpus, dtype=np.int64), n),
@@ -305,7 +312,7 @@ def build_frame(case: Case) -> Any:
     return pd.DataFrame(cols)
 
 
-def run_case(case: Case, rules: Any = None) -> list[str]:
+def run_case(case: Case, rules: RuleSet | None = None) -> list[str]:
     """Run one case; returns failure lines (empty = pass)."""
     from watchdog.detect import load_rules
     from watchdog.pipeline.core import build_detector, feed_blocks
@@ -337,7 +344,7 @@ def run_case(case: Case, rules: Any = None) -> list[str]:
     return failures
 
 
-def _bounds(spec: Any) -> tuple[float, float]:
+def _bounds(spec: Json) -> tuple[float, float]:
     text = str(spec)
     if ".." in text:
         lo, hi = text.split("..", 1)
@@ -346,14 +353,14 @@ def _bounds(spec: Any) -> tuple[float, float]:
     return v, v
 
 
-def _within(spec: Any, t: float | None) -> bool:
+def _within(spec: Json, t: float | None) -> bool:
     if t is None:
         return False
     lo, hi = _bounds(spec)
     return lo - 1e-6 <= t - T0 <= hi + 1e-6
 
 
-def _matches(exp: dict[str, Any], inc: Incident) -> bool:
+def _matches(exp: JsonDoc, inc: Incident) -> bool:
     if exp.get("kind") != inc.kind:
         return False
     if "rule" in exp and exp["rule"] != inc.rule:
@@ -376,17 +383,17 @@ def _show(inc: Incident) -> str:
             f"resolved_at={_rel(inc.resolved_at)}")
 
 
-def _show_exp(exp: dict[str, Any]) -> str:
+def _show_exp(exp: JsonDoc) -> str:
     return " ".join(f"{k}={v}" for k, v in exp.items())
 
 
-def run_files(paths: list[str | Path]) -> tuple[int, int, list[str]]:
+def run_files(paths: Sequence[str | Path]) -> tuple[int, int, list[str]]:
     """Run every case of every file; returns (passed, failed, report lines)."""
     from watchdog.detect import load_rules
 
     passed = failed = 0
     lines: list[str] = []
-    cache: dict[tuple[str, ...] | None, Any] = {}
+    cache: dict[tuple[str, ...] | None, RuleSet] = {}
     for p in paths:
         for case in load_cases(p):
             key = None if case.rule_files is None else tuple(map(str, case.rule_files))

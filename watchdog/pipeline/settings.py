@@ -9,8 +9,9 @@ interval (the anomaly model once did: its windows kept the old step after a relo
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from typing import Any
+from collections.abc import Callable, Sequence
+
+from watchdog.detect import Rule
 
 Listener = Callable[["Settings", frozenset[str]], None]
 DEFAULT_RETENTION_S = 90 * 86_400.0  # the config's default retention: 90 days
@@ -22,7 +23,7 @@ class Settings:
     incidents (and learned levels of GPUs no longer seen) stay in the state database
     (the config's ``retention:``)."""
 
-    def __init__(self, interval: float, rules: Any = None,
+    def __init__(self, interval: float, rules: Sequence[Rule] = (),
                  retention_s: float = DEFAULT_RETENTION_S) -> None:
         self.interval = interval
         self.rules = rules
@@ -34,7 +35,7 @@ class Settings:
         changed something."""
         self._listeners.append(listener)
 
-    def update(self, *, interval: float | None = None, rules: Any = None,
+    def update(self, *, interval: float | None = None, rules: Sequence[Rule] | None = None,
                retention_s: float | None = None) -> frozenset[str]:
         """Apply new values; returns the names that changed (after telling everyone)."""
         changed = set()
@@ -56,7 +57,7 @@ class Settings:
     def rule_info(self, name: str) -> tuple[str, str | None]:
         """``(scope, runbook)`` of the rule ``name`` in force (``("node", None)`` for a
         name no rule has: the agent's own incidents)."""
-        for r in self.rules or ():
+        for r in self.rules:
             if r.name == name:
                 return r.scope, getattr(r, "runbook", None)
         return "node", None

@@ -5,7 +5,15 @@ seconds of the agent's clock)."""
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Protocol
+
+from watchdog.clock import Clock
+from watchdog.detect import Detector
+from watchdog.pipeline.own import OwnIncidents
+from watchdog.pipeline.ports import Alerting, AnomalyHook, Reports
+from watchdog.sources.base import LiveSource
+from watchdog.store.agent import AgentStore
+from watchdog.untyped import JsonDoc
 
 
 @dataclass
@@ -30,7 +38,29 @@ class TickStats:
     errors_by_gpu: dict[str, int] = field(default_factory=dict)
 
 
-def status_doc(p: Any) -> dict[str, Any]:
+class PipelineView(Protocol):
+    """What the status document reads of a live pipeline
+    (:class:`watchdog.pipeline.live.LivePipeline`, which imports this module)."""
+
+    stats: TickStats
+    source: LiveSource | None
+    detector: Detector | None
+    own: OwnIncidents
+    host: str | None
+    spec: str
+    source_error: str | None
+    started_at: float
+    clock: Clock
+    extra_status: JsonDoc
+    store: AgentStore | None
+    anomaly: AnomalyHook | None
+    alerting: Alerting | None
+
+    @property
+    def interval(self) -> float: ...
+
+
+def status_doc(p: PipelineView) -> JsonDoc:
     """The status document of a live pipeline ``p`` (JSON-ready)."""
     from watchdog import __version__
 
@@ -45,7 +75,7 @@ def status_doc(p: Any) -> dict[str, Any]:
         active.insert(0, {"kind": d.kind, "severity": d.severity, "gpus": [],
                           "rule": d.rule, "started_at": d.started_at,
                           "fired_at": d.fired_at, "summary": d.summary})
-    doc: dict[str, Any] = {
+    doc: JsonDoc = {
         "version": __version__, "host": p.host, "source": p.spec,
         "source_state": "ok" if p.source is not None else "unavailable",
         "source_error": p.source_error, "interval_s": p.interval,
@@ -65,11 +95,11 @@ def status_doc(p: Any) -> dict[str, Any]:
     offset = getattr(p.clock, "offset", None)
     if offset is not None:
         doc["clock_offset_s"] = round(offset(), 3)
-    if p.anomaly is not None and hasattr(p.anomaly, "status"):
+    if isinstance(p.anomaly, Reports):
         doc["model"] = p.anomaly.status()
-    if p.notifier is not None and hasattr(p.notifier, "status"):
+    if p.alerting is not None:
         try:
-            doc["alerting"] = p.notifier.status()
+            doc["alerting"] = p.alerting.status()
         except Exception as e:  # noqa: BLE001 - status must always answer
             doc["alerting"] = {"error": str(e)}
     return doc

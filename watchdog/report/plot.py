@@ -19,10 +19,17 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING
 
-from watchdog.incident import Incident
+from watchdog.incident import KIND_LIST, Incident
 from watchdog.report.table import gpu_list
+
+if TYPE_CHECKING:
+    from collections.abc import Callable
+
+    import pandas as pd
+    from matplotlib.axes import Axes
+    from matplotlib.figure import Figure
 
 # (panel title, column or derived name, unit)
 PANELS: tuple[tuple[str, str, str], ...] = (
@@ -39,12 +46,7 @@ YLIMS: dict[str, tuple[float | None, float | None]] = {
     "power.draw": (0.0, None), "clocks.sm": (0.0, None),
 }
 
-KIND_COLOURS: dict[str, str] = {
-    "comm_hang": "#d62728", "stall": "#ff7f0e", "thermal_throttle": "#e377c2",
-    "hw_slowdown": "#9467bd", "memory_pressure": "#8c564b", "gpu_lost": "#000000",
-    "xid": "#7f7f7f", "ecc": "#bcbd22", "pcie_degraded": "#17becf",
-    "nvlink_errors": "#1f77b4", "straggler": "#2ca02c", "anomaly": "#aec7e8",
-}
+KIND_COLOURS: dict[str, str] = {k.name: k.colour for k in KIND_LIST}
 
 
 @dataclass
@@ -63,7 +65,7 @@ class PlotInfo:
     notes: list[str] = field(default_factory=list)  # console lines listed under the plot
 
 
-def _reduce(g: Any, max_points: int) -> Any:
+def _reduce(g: pd.DataFrame, max_points: int) -> pd.DataFrame:
     """Bucket means of one GPU's rows (ts and values) down to ``max_points`` rows."""
     if len(g) <= max_points:
         return g
@@ -73,7 +75,7 @@ def _reduce(g: Any, max_points: int) -> Any:
     return g.groupby(bucket).mean(numeric_only=True)
 
 
-def _series(frame: Any) -> Any:
+def _series(frame: pd.DataFrame) -> pd.DataFrame:
     """The columns the panels need, with ``memory.pct`` derived from used / total."""
     cols = ["ts", "uuid", "index"] + [c for c in ("utilization.gpu", "power.draw",
                                                   "enforced.power.limit", "temperature.gpu",
@@ -88,7 +90,7 @@ def _series(frame: Any) -> Any:
 MAX_NOTES, NOTE_CHARS = 12, 110
 
 
-def plot_timeline(frame: Any, incidents: Sequence[Incident], path: str | Path,
+def plot_timeline(frame: pd.DataFrame, incidents: Sequence[Incident], path: str | Path,
                   title: str = "", max_points: int = 3000,
                   notes: Sequence[tuple[float, str]] = ()) -> PlotInfo:
     """Draw the timeline of ``frame`` (the replay frame contract) to ``path`` (PNG).
@@ -123,7 +125,7 @@ def plot_timeline(frame: Any, incidents: Sequence[Incident], path: str | Path,
                              figsize=(13, 1.9 * len(panels) + 1.2 + 0.17 * len(notes)))
     axes = axes[:, 0]
 
-    def when(ts: Any) -> Any:
+    def when(ts):  # POSIX s (a number or an array) -> matplotlib's dates
         return pd.to_datetime(ts, unit="s", utc=True)
 
     by_uuid = {u: g for u, g in data.groupby("uuid", sort=False)}
@@ -146,7 +148,7 @@ def plot_timeline(frame: Any, incidents: Sequence[Incident], path: str | Path,
         ax.set_ylim(bottom=lo, top=hi)
         ax.grid(True, alpha=0.25)
         ax.tick_params(labelsize=8)
-    _shade(axes, incidents, tmin, tmax, when, info)
+    _shade(list(axes), incidents, tmin, tmax, when, info)
     axes[0].legend(loc="upper left", bbox_to_anchor=(1.005, 1.0), fontsize=8, frameon=False)
     days = f"{when(tmin):%Y-%m-%d}"
     if f"{when(tmax):%Y-%m-%d}" != days:  # a log over several days: dates on the axis
@@ -156,7 +158,7 @@ def plot_timeline(frame: Any, incidents: Sequence[Incident], path: str | Path,
         axes[-1].xaxis.set_major_formatter(mdates.DateFormatter("%H:%M:%S", tz="UTC"))
     axes[-1].set_xlabel(f"time (UTC), {days}", fontsize=9)
     axes[-1].set_xlim(when(tmin), when(tmax))
-    _notes(fig, axes, notes, when, info)
+    _notes(fig, list(axes), notes, when, info)
     n = len(incidents)
     fig.suptitle(f"{title}  —  {n} incident{'s' if n != 1 else ''}".strip(" —"), fontsize=11)
     if notes:  # room for the numbered console lines under the axes
@@ -169,12 +171,12 @@ def plot_timeline(frame: Any, incidents: Sequence[Incident], path: str | Path,
     return info
 
 
-def _shade(axes: Any, incidents: Sequence[Incident], tmin: float, tmax: float,
-           when: Any, info: PlotInfo) -> None:
+def _shade(axes: Sequence[Axes], incidents: Sequence[Incident], tmin: float, tmax: float,
+           when: Callable[[float], float], info: PlotInfo) -> None:
     """Shade every incident on every panel; label it once on the top panel."""
     top = axes[0]
     for k, inc in enumerate(incidents):
-        colour = KIND_COLOURS.get(inc.kind, "#333333")
+        colour = KIND_COLOURS[inc.kind]
         fired = inc.fired_at if inc.fired_at is not None else inc.resolved_at or tmax
         end = inc.resolved_at if inc.resolved_at is not None else tmax
         start = max(inc.started_at, tmin)
@@ -198,7 +200,8 @@ def _shade(axes: Any, incidents: Sequence[Incident], tmin: float, tmax: float,
                            "alpha": 0.8})
 
 
-def _notes(fig: Any, axes: Any, notes: list[tuple[float, str]], when: Any,
+def _notes(fig: Figure, axes: Sequence[Axes], notes: list[tuple[float, str]],
+           when: Callable[[float], float],
            info: PlotInfo) -> None:
     """Mark each console line: a numbered dotted line on every panel, the text below."""
     from datetime import UTC, datetime

@@ -8,7 +8,10 @@ JSON object and nothing else.
 from __future__ import annotations
 
 import sys
-from typing import IO, Any
+from typing import IO, TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from tqdm import tqdm
 
 
 def should_show(json_mode: bool, stream: IO[str] | None = None) -> bool:
@@ -28,7 +31,7 @@ class Progress:
 
     def __init__(self, total: int, desc: str, enabled: bool,
                  stream: IO[str] | None = None) -> None:
-        self._bar: Any = None
+        self._bar: tqdm[None] | None = None
         if enabled:
             from tqdm import tqdm
 

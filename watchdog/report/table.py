@@ -35,7 +35,7 @@ def _since(ts: float | None, start: float, missing: str) -> str:
 
 def rows(incidents: Iterable[Incident]) -> list[tuple[str, ...]]:
     """The table's cells, one tuple per incident, in the order of :data:`HEADERS`."""
-    out = []
+    out: list[tuple[str, ...]] = []
     for inc in incidents:
         out.append((
             inc.kind, inc.severity, one_line(inc.host), one_line(gpu_list(inc.gpus)),

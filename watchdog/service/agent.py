@@ -1,7 +1,10 @@
-"""Assemble the running agent from its config: state store, pipeline, notifiers,
-recording, metrics endpoint and the daemon loop; and reload it on SIGHUP.
+"""Assemble the running agent from its config: state store, pipeline, alerting, recording,
+metrics endpoint and the daemon loop; and reload it on SIGHUP.
 
 ``watchdog run`` only parses arguments and calls :func:`build` then :meth:`Agent.serve`.
+:func:`build` checks and opens what can refuse the start (:class:`Opened`); the
+:class:`Agent` is then built in one pass, every part given what it needs when it is made
+(the parts that call back into the agent get its bound methods).
 """
 
 from __future__ import annotations
@@ -9,40 +12,137 @@ from __future__ import annotations
 import logging
 import socket
 import time
-from dataclasses import dataclass, field
-from typing import Any
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
 
 from watchdog.clock import Clock
+from watchdog.detect import Detector, Rule
+from watchdog.incident import Incident
+from watchdog.notify.base import Sink
+from watchdog.notify.notifier import Notifier
+from watchdog.pipeline.live import LivePipeline
+from watchdog.pipeline.ports import AnomalyHook, Listener, SampleRecorder
 from watchdog.pipeline.settings import Settings
 from watchdog.service.claim import GpuClaim, claim_at_start
+from watchdog.service.config import Config
+from watchdog.service.daemon import Daemon
+from watchdog.service.fleet import FleetView
+from watchdog.service.jobs import JobTracker, SampleTee
+from watchdog.service.metrics_http import MetricsServer
+from watchdog.service.slurm import SlurmActor
+from watchdog.sources import SourceOptions
+from watchdog.sources.base import LiveSource
+from watchdog.store.agent import AgentStore
+from watchdog.store.lock import StateLock
+from watchdog.store.store import Store
+from watchdog.untyped import JsonDoc
 
 log = logging.getLogger("watchdog.agent")
 METRICS_RETRY_S = 10.0  # a metrics port that was taken is tried again this often
 
 
 @dataclass
-class Agent:
-    """A built agent: the pipeline and what runs around it."""
+class Opened:
+    """What :func:`build` checked and opened before the agent is made: the locked state
+    directory, the rules in force, the sinks (secrets read), the anomaly hook, the
+    recorder, the job tracker, the claim on the GPUs (and the source opened for it), and
+    the state database."""
 
-    cfg: Any
-    spec: str
-    pipeline: Any
-    daemon: Any
-    rules_override: list[str]
-    state_dir: Any
-    lock: Any = None
-    db: Any = None
-    metrics_at: tuple[str, int] | None = None
-    metrics_error: str | None = None
-    servers: list[Any] = field(default_factory=list)
-    load_config: Any = None  # path -> a validated config (SIGHUP); the command's loader
-    settings: Any = None  # the interval and rules in force (one owner, see Settings)
-    jobs: Any = None  # what the node runs (watchdog.service.jobs.JobTracker)
-    fleet: Any = None  # the fleet's view of the job (watchdog.service.fleet.FleetView)
-    slurm: Any = None  # drains and resumes the node (watchdog.service.slurm.SlurmActor)
-    gpus: Any = None  # this agent's claim on the node's GPUs (GpuClaim)
-    exit_code: int = 0  # 2 once a claim found another agent on the GPUs
-    _metrics_retry_at: float = 0.0
+    state_dir: Path
+    lock: StateLock
+    settings: Settings
+    sinks: dict[str, Sink] | None
+    host: str | None
+    anomaly: AnomalyHook | None
+    recorder: SampleRecorder | None
+    jobs: JobTracker
+    gpus: GpuClaim
+    first: LiveSource | None
+    db: Store
+    store: AgentStore
+
+
+class Agent:
+    """A built agent: the pipeline and what runs around it (alerting, the fleet's view,
+    the Slurm actor, the metrics endpoint, the daemon loop)."""
+
+    def __init__(self, cfg: Config, opened: Opened, *, spec: str, options: SourceOptions,
+                 interval: float, speed: float, clock: Clock, stop_after: float | None,
+                 rules_override: list[str], load_config: Callable[[str], Config] | None,
+                 shadow: bool) -> None:
+        self.cfg = cfg
+        self.spec = spec
+        self.rules_override = rules_override
+        self.load_config = load_config  # path -> a validated config (SIGHUP)
+        self.state_dir = opened.state_dir
+        self.lock: StateLock | None = opened.lock
+        self.db: Store | None = opened.db
+        self.settings = opened.settings  # the interval and rules in force (one owner)
+        self.jobs = opened.jobs  # what the node runs
+        self.gpus: GpuClaim | None = opened.gpus  # this agent's claim on the node's GPUs
+        self.exit_code = 0  # 2 once a claim found another agent on the GPUs
+        self.servers: list[MetricsServer] = []
+        self.metrics_at: tuple[str, int] | None = None
+        self.metrics_error: str | None = None
+        self._metrics_retry_at = 0.0
+        host = opened.host
+        # the fleet's view of the job (job: {prometheus: URL}); a shadow never notifies
+        url = cfg.job.prometheus if cfg.job is not None else None
+        fleet = FleetView(url, host or socket.gethostname()) if url and not shadow else None
+        self.alerting = None if shadow else _alerting(
+            cfg, opened, clock, self._job_of, fleet.job_clear if fleet is not None else None)
+        self.fleet = fleet if self.alerting is not None else None
+        status: JsonDoc = {}  # the pipeline's extra status, which the parts keep up to date
+        # drains and resumes the node (config slurm:); a shadow never acts
+        self.slurm = None if shadow or cfg.slurm is None else SlurmActor(
+            cfg.slurm, now=clock.now, judging=self._judging, annotate=self._annotate,
+            db=opened.db, status_to=status)
+        from watchdog.notify.console import IncidentLog
+
+        listeners: list[Listener] = [IncidentLog(clock.now, stamp=speed != 1)]
+        if self.slurm is not None:  # it sees every transition
+            listeners.append(self.slurm)
+        self.pipeline = LivePipeline(
+            opened.gpus.opener(spec, options, opened.first, on_refused=self.refused),
+            _detector_factory(opened.settings, host), clock, spec=spec,
+            settings=opened.settings, store=opened.store, listeners=listeners,
+            alerting=self.alerting, recorder=SampleTee(opened.jobs, opened.recorder, status),
+            host=host, anomaly=opened.anomaly, watch_gaps=speed == 1, extra_status=status)
+        self.daemon = Daemon(self.pipeline, interval=interval, settings=opened.settings,
+                             speed=speed,
+                             stop_at=clock.now() + stop_after if stop_after is not None
+                             else None, reload=self.reload, maintain=self.maintain,
+                             on_ready=self.announce)
+        if self.fleet is not None:
+            self.fleet.start()
+        if self.slurm is not None:
+            self.slurm.start()
+        if shadow:
+            status["shadow"] = True
+            log.warning("SHADOW agent (--shadow): watches and records beside the node's "
+                        "agent and never notifies")
+        if cfg.metrics_listen:
+            from watchdog.service.metrics import parse_listen
+
+            self.metrics_at = parse_listen(cfg.metrics_listen, f"{cfg.path}:metrics")
+            self.start_metrics()
+
+    # --- what the parts call back ----------------------------------------------------------
+    def _job_of(self, uuids: list[str]) -> tuple[str, str | None] | None:
+        """The job the GPUs ``uuids`` run, for alerting: ``(id, run id)``; a job only a
+        process's environment names labels the page but never joins the job's incident
+        (no run id: not job-wide)."""
+        j = self.jobs.job_for(uuids)
+        return None if j is None else (j.id, j.run_id if j.trusted else None)
+
+    def _judging(self) -> bool:
+        """Whether the agent can read its GPUs now (the Slurm actor judges only then)."""
+        return self.pipeline.source is not None
+
+    def _annotate(self, inc: Incident, text: str) -> None:
+        """The Slurm actor's note on an incident (what it did about it)."""
+        self.pipeline.annotate(inc, "slurm", text)
 
     def announce(self) -> None:
         """The start line, after the first tick (so it can say what was found)."""
@@ -53,10 +153,11 @@ class Agent:
             log.error("GPUs not readable yet (%s); retrying, %s", p.source_error, where)
             return
         n = len(p.source.devices())
+        rules = len(p.detector.rules) if p.detector is not None else 0
         log.info("watching %d GPU%s on %s (source %s, every %gs%s, %d rules, %s)", n,
                  "s" if n != 1 else "", p.host, self.spec, p.interval,
                  f", {self.daemon.speed:g}x speed" if self.daemon.speed != 1 else "",
-                 len(p.detector.rules), where)
+                 rules, where)
 
     def start_metrics(self) -> None:
         """Serve the metrics endpoint; a taken port is retried every
@@ -88,7 +189,6 @@ class Agent:
     def serve(self) -> int:
         """Run until SIGTERM/SIGINT or ``--duration``; returns the exit code."""
         p = self.pipeline
-        self.daemon.on_ready = self.announce
         self.daemon.install_signals()
         try:
             return self.daemon.run() or self.exit_code
@@ -118,9 +218,9 @@ class Agent:
         """Another agent claimed the GPUs before this one could (NVML came back after
         both started): this one never notifies and stops with exit 2."""
         log.error("%s; stopping (exit 2)", e)
-        notifier, self.pipeline.notifier = self.pipeline.notifier, None
-        if notifier is not None:
-            notifier.close()
+        alerting, self.pipeline.alerting = self.pipeline.alerting, None
+        if alerting is not None:
+            alerting.close()
         self.exit_code = 2
         self.daemon.stop()
 
@@ -141,7 +241,7 @@ class Agent:
             raise WatchdogError("this agent was built without a config loader")
         new = self.load_config(self.cfg.path)
         rules = load_rules(self.rules_override or list(new.rules) or None)
-        within_retention(rules, getattr(new, "retention_s", None))
+        within_retention(rules, new.retention_s)
         notes = []
         for key in ("source", "state_dir", "host", "metrics_listen", "record", "model",
                     "notify", "job", "slurm"):
@@ -154,8 +254,7 @@ class Agent:
         self.cfg = new
         return "; ".join([f"{self.cfg.path}: {len(rules)} rules", *notes])
 
-
-    def _apply(self, interval: float | None, rules: Any) -> frozenset[str]:
+    def _apply(self, interval: float | None, rules: Sequence[Rule]) -> frozenset[str]:
         """Put ``interval`` and ``rules`` in force; on any failure the running ones are put
         back (and the failure raised for the reload to report)."""
         old_interval, old_rules = self.settings.interval, self.settings.rules
@@ -169,7 +268,7 @@ class Agent:
         return changed
 
 
-def within_retention(rules: Any, retention_s: float | None) -> None:
+def within_retention(rules: Sequence[Rule], retention_s: float | None) -> None:
     """Refuse a rule that waits longer than the state database keeps anything (the
     config's ``retention:``): its pending state would outlive what it is about. The rule
     language caps every wait at 7 days already (``docs/rules.md``, Limits)."""
@@ -190,30 +289,28 @@ def within_retention(rules: Any, retention_s: float | None) -> None:
                                  "database keeps")
 
 
-def _detector_factory(settings: Settings, host: str | None) -> Any:
+def _detector_factory(settings: Settings, host: str | None
+                      ) -> Callable[[LiveSource], Detector]:
     """Builds the live detector for a source's GPUs with the rules in force."""
     from watchdog.pipeline.core import build_detector
 
-    def make(source: Any) -> Any:
+    def make(source: LiveSource) -> Detector:
         return build_detector(settings.rules, host=host or source.host,
                               devices=source.devices(), mode="live")
 
     return make
 
 
-def _anomaly(cfg: Any, sdir: Any, namespace: str, host: str | None,
-             settings: Settings) -> Any:
+def _anomaly(cfg: Config, sdir: Path, namespace: str, host: str | None,
+             settings: Settings) -> AnomalyHook | None:
     """The anomaly model hook for config ``model:`` (None when off), following the
     interval in force."""
-    from pathlib import Path
-
     from watchdog.anomaly.auto import DaemonModel, parse
 
     model = parse(cfg.model, f"{cfg.path}:{cfg.lines.get('model', '?')}")
     if model is None:
         return None
-    hook = DaemonModel(model, Path(sdir) / f"anomaly-{namespace}.wdm", host,
-                       settings.interval)
+    hook = DaemonModel(model, sdir / f"anomaly-{namespace}.wdm", host, settings.interval)
     settings.subscribe(lambda s, changed: hook.set_interval(s.interval)
                        if "interval" in changed else None)
     return hook
@@ -232,55 +329,31 @@ def _own_runbook(rule: str) -> str | None:
     return str(page) if page.is_file() else None
 
 
-def _notifier(cfg: Any, sinks: dict[str, Any] | None, db: Any, clock: Any, host: str | None,
-              settings: Settings) -> Any:
+def _alerting(cfg: Config, opened: Opened, clock: Clock,
+              job_of: Callable[[list[str]], tuple[str, str | None] | None],
+              job_clear: Callable[[str, str], bool | None] | None) -> Notifier | None:
     """Alerting (``notify:`` with at least one sink), or None: console only."""
-    if not sinks:
+    if not opened.sinks or cfg.notify is None:
         return None
     from watchdog.notify.notifier import for_agent
+
+    settings = opened.settings
 
     def rule_info(name: str) -> tuple[str, str | None]:
         scope, runbook = settings.rule_info(name)
         return scope, runbook or _own_runbook(name)
 
-    real = getattr(clock, "real", clock.now)
-    return for_agent(cfg.notify, db, clock.now, host or socket.gethostname(), rule_info,
-                     sinks=sinks, wall=real)
+    return for_agent(cfg.notify, opened.db, clock.now, opened.host or socket.gethostname(),
+                     rule_info, sinks=opened.sinks, wall=clock.real, job_of=job_of,
+                     job_clear=job_clear)
 
 
-def _jobs(cfg: Any) -> tuple[Any, Any]:
-    """What the node runs: the job tracker (the config's ``job:`` or the GPUs' processes)
-    and the recording port teed to it, so it sees every tick's samples."""
-    from watchdog.service.jobs import JobTracker, SampleTee
-
-    tracker = JobTracker(getattr(cfg, "job", None))
-    if tracker.problem:
-        log.warning("%s: the node's own reading is used", tracker.problem)
-    return tracker, SampleTee(tracker)
-
-
-def _slurm(cfg: Any, pipeline: Any, db: Any) -> Any:
-    """The Slurm actor for config ``slurm:`` (None without it), started: it sees every
-    transition as a notifier and judges only while the GPUs can be read."""
-    if getattr(cfg, "slurm", None) is None:
-        return None
-    from watchdog.service.slurm import SlurmActor
-
-    actor = SlurmActor(cfg.slurm, now=pipeline.clock.now,
-                       judging=lambda: pipeline.source is not None,
-                       annotate=lambda inc, text: pipeline.annotate(inc, "slurm", text),
-                       db=db)
-    actor.status_to = pipeline.extra_status
-    pipeline.notifiers.append(actor)
-    actor.start()
-    return actor
-
-
-def build(cfg: Any, *, spec: str, options: Any, interval: float, speed: float,
+def build(cfg: Config, *, spec: str, options: SourceOptions, interval: float, speed: float,
           rules_override: list[str], state_dir: str | None, demo: bool, clock: Clock,
-          stop_after: float | None, load_config: Any = None, shadow: bool = False) -> Agent:
+          stop_after: float | None, load_config: Callable[[str], Config] | None = None,
+          shadow: bool = False) -> Agent:
     """Everything ``watchdog run`` needs, from a validated config and the command line,
-    in one pass: every collaborator is built before the pipeline that uses it.
+    in one pass: every collaborator is built before the part that uses it.
 
     Order matters: the state directory is locked first (a second agent changes nothing),
     then everything that can refuse the start is checked (rules, sinks and their secrets,
@@ -290,14 +363,9 @@ def build(cfg: Any, *, spec: str, options: Any, interval: float, speed: float,
     import os
 
     from watchdog.detect import load_rules
-    from watchdog.notify.console import IncidentLog
-    from watchdog.pipeline.live import LivePipeline
-    from watchdog.service.daemon import Daemon
     from watchdog.sources import kind_of
     from watchdog.store import resolve_state_dir
-    from watchdog.store.agent import AgentStore
     from watchdog.store.lock import acquire
-    from watchdog.store.store import Store
 
     sdir = resolve_state_dir(state_dir or cfg.state_dir)
     lock = acquire(sdir)
@@ -306,7 +374,7 @@ def build(cfg: Any, *, spec: str, options: Any, interval: float, speed: float,
     try:
         settings = Settings(interval, load_rules(rules_override or list(cfg.rules) or None),
                             cfg.retention_s)
-        within_retention(settings.rules, getattr(cfg, "retention_s", None))
+        within_retention(settings.rules, cfg.retention_s)
         sinks = None
         if cfg.notify is not None and cfg.notify.sinks:
             from watchdog.notify.notifier import build_sinks
@@ -314,16 +382,17 @@ def build(cfg: Any, *, spec: str, options: Any, interval: float, speed: float,
             sinks = build_sinks(cfg.notify)
         namespace = "sim" if kind_of(spec) == "sim" else "nvml"
         host = options.host or (None if namespace == "sim" else socket.gethostname())
-        anomaly = _anomaly(cfg, sdir, namespace, host, settings)
+        anomaly = _anomaly(cfg, Path(sdir), namespace, host, settings)
         recorder = None
         if cfg.record is not None:
             from watchdog.service.recorder import Recorder
 
             recorder = Recorder(cfg.record.dir, cfg.record.keep_s, source=spec, host=host)
-        jobs, tee = _jobs(cfg)
-        tee.recorder = recorder
+        jobs = JobTracker(cfg.job)
+        if jobs.problem:
+            log.warning("%s: the node's own reading is used", jobs.problem)
         gpus = GpuClaim({"pid": os.getpid(), "state_dir": str(sdir), "host": host,
-                         "started_at": getattr(clock, "real", clock.now)()},
+                         "started_at": clock.real()},
                         wanted=namespace == "nvml" and not shadow)
         first = claim_at_start(spec, options, clock, gpus)
         db = Store(sdir)
@@ -335,46 +404,11 @@ def build(cfg: Any, *, spec: str, options: Any, interval: float, speed: float,
             gpus.release()
         lock.release()
         raise
-    notifier = None if shadow else _notifier(cfg, sinks, db, clock, host, settings)
-    fleet = None
-    if notifier is not None:
-        # a job only a process's environment names labels the page but never joins the
-        # job's incident (no episode: not job-wide)
-        notifier.policy.job_of = lambda uuids: (
-            (j.id, j.episode if j.trusted else None) if (j := jobs.job_for(uuids)) is not None
-            else None)
-        url = getattr(getattr(cfg, "job", None), "prometheus", None)
-        if url:
-            from watchdog.service.fleet import FleetView
-
-            fleet = FleetView(url, host or socket.gethostname())
-            notifier.policy.job_clear = fleet.job_clear
-    pipeline = LivePipeline(
-        gpus.opener(spec, options, first), _detector_factory(settings, host),
-        clock, spec=spec, settings=settings, store=store,
-        notifiers=[IncidentLog(clock.now, stamp=speed != 1)],
-        notifier=notifier, recorder=tee, host=host, anomaly=anomaly, watch_gaps=speed == 1)
-    tee.status_to = pipeline.extra_status
-    if fleet is not None:
-        fleet.start()
-    slurm = None if shadow else _slurm(cfg, pipeline, db)  # a shadow never acts
-    stop_at = clock.now() + stop_after if stop_after is not None else None
-    agent = Agent(cfg=cfg, spec=spec, pipeline=pipeline, daemon=None,
-                  rules_override=rules_override, state_dir=sdir, lock=lock, db=db,
-                  load_config=load_config, settings=settings, jobs=jobs, fleet=fleet,
-                  slurm=slurm, gpus=gpus)
-    agent.daemon = Daemon(pipeline, interval=interval, speed=speed, stop_at=stop_at,
-                          reload=agent.reload, maintain=agent.maintain)
-    gpus.on_refused = agent.refused
-    if shadow:
-        pipeline.extra_status["shadow"] = True
-        log.warning("SHADOW agent (--shadow): watches and records beside the node's agent "
-                    "and never notifies")
-    if cfg.metrics_listen:
-        from watchdog.service.metrics import parse_listen
-
-        agent.metrics_at = parse_listen(cfg.metrics_listen, f"{cfg.path}:metrics")
-        agent.start_metrics()
+    opened = Opened(Path(sdir), lock, settings, sinks, host, anomaly, recorder, jobs, gpus,
+                    first, db, store)
+    agent = Agent(cfg, opened, spec=spec, options=options, interval=interval, speed=speed,
+                  clock=clock, stop_after=stop_after, rules_override=rules_override,
+                  load_config=load_config, shadow=shadow)
     if demo:
         log.info("demo node: state kept apart from real GPUs (namespace sim) in %s", sdir)
     return agent

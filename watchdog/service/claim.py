@@ -9,9 +9,13 @@ agent holds the GPUs.
 from __future__ import annotations
 
 import logging
-from typing import Any
+from collections.abc import Callable
 
 from watchdog.clock import Clock
+from watchdog.sources import SourceOptions
+from watchdog.sources.base import LiveSource
+from watchdog.store.claims import Claims
+from watchdog.untyped import JsonDoc
 
 log = logging.getLogger("watchdog.agent")
 
@@ -20,15 +24,14 @@ class GpuClaim:
     """This agent's claim on the GPUs it watches (:mod:`watchdog.store.claims`: one agent
     per node). Taken when the source first opens: at start where NVML answers, else at
     the first open that works. A claim refused then (another agent started meanwhile)
-    stops this agent with exit 2 and mutes it first (``on_refused``)."""
+    stops this agent with exit 2 and mutes it first (the opener's ``on_refused``)."""
 
-    def __init__(self, info: dict[str, Any], wanted: bool) -> None:
+    def __init__(self, info: JsonDoc, wanted: bool) -> None:
         self.info = info
         self.pending = wanted
-        self.claims: Any = None
-        self.on_refused: Any = None  # (SecondAgent) -> None, set by build()
+        self.claims: Claims | None = None
 
-    def take(self, source: Any) -> None:
+    def take(self, source: LiveSource) -> None:
         """Claim ``source``'s GPUs (once); raises SecondAgent or InputError."""
         from watchdog.store.claims import claim, claims_dir
 
@@ -41,25 +44,26 @@ class GpuClaim:
                         "cannot see this one (run as root or the service's user)",
                         claims_dir())
 
-    def opener(self, spec: str, options: Any, first: Any) -> Any:
+    def opener(self, spec: str, options: SourceOptions, first: LiveSource | None,
+               on_refused: Callable[[Exception], None]) -> Callable[[float], LiveSource]:
         """The pipeline's source opener: ``first`` (the source opened at start, or None),
-        then new ones, each claimed until a claim is held."""
+        then new ones, each claimed until a claim is held; a claim refused calls
+        ``on_refused`` (the agent mutes itself and stops) before the open fails."""
         from watchdog.errors import SourceUnavailable
         from watchdog.sources import open_live
         from watchdog.store.claims import SecondAgent
 
         handed = [first]
 
-        def open_source(now: float) -> Any:
-            source = handed.pop() if handed and handed[0] is not None else \
-                open_live(spec, options, start=now)
+        def open_source(now: float) -> LiveSource:
+            given = handed.pop() if handed else None
             handed.clear()
+            source = given if given is not None else open_live(spec, options, start=now)
             try:
                 self.take(source)
             except SecondAgent as e:
                 source.close()
-                if self.on_refused is not None:
-                    self.on_refused(e)
+                on_refused(e)
                 raise SourceUnavailable(str(e)) from None
             return source
 
@@ -71,7 +75,8 @@ class GpuClaim:
             self.claims = None
 
 
-def claim_at_start(spec: str, options: Any, clock: Clock, gpus: GpuClaim) -> Any:
+def claim_at_start(spec: str, options: SourceOptions, clock: Clock,
+                   gpus: GpuClaim) -> LiveSource | None:
     """Open an nvml source now and claim its GPUs (SecondAgent: refused, exit 2); the
     open source goes to the pipeline. None where NVML does not answer yet: the claim is
     then taken at the first open that works."""

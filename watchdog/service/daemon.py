@@ -25,10 +25,13 @@ import signal
 import threading
 import time
 from collections.abc import Callable
-from typing import Any
+from types import FrameType
 
 from watchdog.clock import elapsed
+from watchdog.pipeline.live import LivePipeline
+from watchdog.pipeline.settings import Settings
 from watchdog.service.sdnotify import SystemdNotifier
+from watchdog.untyped import JsonDoc
 
 log = logging.getLogger("watchdog.agent")
 HEARTBEAT_S = 300.0  # real seconds between heartbeat log lines
@@ -79,15 +82,20 @@ class Ticker(threading.Thread):
 class Daemon:
     """Runs ``pipeline.tick`` every ``interval`` clock-seconds until stopped.
 
-    ``reload()`` (SIGHUP) is a callable returning a one-line description of what changed;
-    it raises ``WatchdogError`` for a bad config, which is logged and ignored.
+    ``settings`` (the pipeline's, :class:`~watchdog.pipeline.settings.Settings`) own the
+    interval when given: a reload that changes it reaches the ticker. ``reload()``
+    (SIGHUP) is a callable returning a one-line description of what changed; it raises
+    ``WatchdogError`` for a bad config, which is logged and ignored. ``maintain()`` runs on
+    the main loop every ``STATUS_EVERY_S``; ``on_ready()`` once the first tick is done.
     """
 
-    def __init__(self, pipeline: Any, *, interval: float, speed: float = 1.0,
+    def __init__(self, pipeline: LivePipeline, *, interval: float,
+                 settings: Settings | None = None, speed: float = 1.0,
                  stop_at: float | None = None,
                  reload: Callable[[], str] | None = None,
                  sd: SystemdNotifier | None = None,
-                 maintain: Callable[[], None] | None = None) -> None:
+                 maintain: Callable[[], None] | None = None,
+                 on_ready: Callable[[], None] | None = None) -> None:
         self.pipeline = pipeline
         self._interval = interval
         self.speed = speed
@@ -104,19 +112,18 @@ class Daemon:
         self._last_tick_end = time.monotonic()
         self._tick_started: float | None = None
         self._ticker: Ticker | None = None
-        settings = getattr(pipeline, "settings", None)
+        self.settings = settings
         if settings is not None:  # one owner of the interval: a reload reaches the ticker
             settings.subscribe(self._settings_changed)
-        self.reload_state: dict[str, Any] | None = None  # the last SIGHUP: at, ok, message
-        self.on_ready: Callable[[], None] | None = None
+        self.reload_state: JsonDoc | None = None  # the last SIGHUP: at, ok, message
+        self.on_ready = on_ready
 
     @property
     def interval(self) -> float:
-        """The sampling period (s of the pipeline's clock): the pipeline's settings own it."""
-        settings = getattr(self.pipeline, "settings", None)
-        return settings.interval if settings is not None else self._interval
+        """The sampling period (s of the pipeline's clock): the settings own it."""
+        return self.settings.interval if self.settings is not None else self._interval
 
-    def _settings_changed(self, settings: Any, changed: frozenset[str]) -> None:
+    def _settings_changed(self, settings: Settings, changed: frozenset[str]) -> None:
         if "interval" in changed and self._ticker is not None:
             self._ticker.set_period(settings.interval / self.speed)
 
@@ -127,11 +134,11 @@ class Daemon:
         signal.signal(signal.SIGINT, self._on_stop)
         signal.signal(signal.SIGHUP, self._on_hup)
 
-    def _on_hup(self, _signum: int, _frame: Any) -> None:
+    def _on_hup(self, _signum: int, _frame: FrameType | None) -> None:
         self._hup.set()
         self._wake.set()
 
-    def _on_stop(self, signum: int, _frame: Any) -> None:
+    def _on_stop(self, signum: int, _frame: FrameType | None) -> None:
         log.info("%s: stopping", signal.Signals(signum).name)
         self.stop()
 

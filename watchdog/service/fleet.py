@@ -9,7 +9,7 @@ policy holds such a resolve while Prometheus shows another node of the job still
 shared incident resolves when the job's last hung node has. Without the setting, or while
 Prometheus cannot answer, a node resolves after ``resolve_hold`` as before (a node never
 keeps a page open forever on a view it cannot get), and a hold ends after
-:data:`watchdog.notify.policy.FLEET_HOLD_MAX_S` in any case.
+:data:`watchdog.notify.stages.hold.FLEET_HOLD_MAX_S` in any case.
 
 Prometheus is asked on a thread of its own every :data:`POLL_S` (never on the tick
 thread), only about the jobs the policy asked about, one small query per job and kind,
@@ -24,18 +24,25 @@ import logging
 import threading
 import time
 import urllib.parse
-from typing import Any
+from collections.abc import Callable
+
+from watchdog.incident import KIND
 
 log = logging.getLogger("watchdog.fleet")
 POLL_S = 15.0  # Prometheus asked this often (wall s)
 STALE_S = 60.0  # an answer older than this is no answer
 FORGET_S = 3600.0  # a job not asked about for this long is no longer polled
-METRIC = {"comm_hang": "watchdog_gpu_hang", "stall": "watchdog_gpu_stall"}
+
+
+def _gauge(kind: str) -> str | None:
+    """The per-GPU gauge the agents export for ``kind`` (job-wide kinds have one)."""
+    k = KIND.get(kind)
+    return None if k is None else k.gauge
 
 
 def query_for(kind: str, job_id: str, node: str) -> str:
-    """How many other nodes of ``job_id`` are in ``kind`` now."""
-    metric = METRIC[kind]
+    """How many other nodes of ``job_id`` are in ``kind`` now (a kind with a gauge)."""
+    metric = _gauge(kind)
     return (f'count(max by (node) ({metric}{{job_id="{_quote(job_id)}",'
             f'node!="{_quote(node)}"}} == 1))')
 
@@ -49,7 +56,7 @@ class FleetView:
     kept fresh by a thread that asks Prometheus at ``url``."""
 
     def __init__(self, url: str, node: str, *, timeout: float = 5.0,
-                 wall: Any = time.monotonic) -> None:
+                 wall: Callable[[], float] = time.monotonic) -> None:
         self.url = url.rstrip("/")
         self.node = node
         self.timeout = timeout
@@ -74,7 +81,7 @@ class FleetView:
     def job_clear(self, kind: str, job_id: str) -> bool | None:
         """True: no other node of the job is in ``kind``; False: some are; None: not known
         (Prometheus not asked yet, not answering, or the kind is not job-wide)."""
-        if kind not in METRIC:
+        if _gauge(kind) is None:
             return None
         key = (kind, job_id)
         now = self.wall()

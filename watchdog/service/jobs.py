@@ -33,9 +33,11 @@ import stat
 import threading
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any
 
 from watchdog.errors import InputError
+from watchdog.pipeline.ports import SampleRecorder
+from watchdog.records import DeviceInfo, ProcessInfo, Sample
+from watchdog.untyped import Json, JsonDoc
 
 HOLD_S = 1800.0  # a GPU keeps its last job this long after its processes left
 MAX_NOTES = 8  # dropped environment values shown by `watchdog status` at a time
@@ -59,11 +61,11 @@ class Job:
     trusted: bool = True  # False: only a process's own environment named it
 
     @property
-    def episode(self) -> str:
+    def run_id(self) -> str:
         """What every node of the job shares for one run of it: ``<id>#<run>``."""
         return f"{self.id}#{self.run or 0}"
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self) -> JsonDoc:
         out = {"id": self.id, "scheduler": self.scheduler, "run": self.run,
                "namespace": self.namespace, "pod": self.pod}
         if not self.trusted:
@@ -89,7 +91,7 @@ def valid_id(value: str) -> bool:
     return 0 < len(value) <= MAX_ID and _ID_RE.match(value) is not None
 
 
-def parse_config(value: Any, at: str) -> JobConfig | None:
+def parse_config(value: Json, at: str) -> JobConfig | None:
     """The config's ``job:`` mapping; every problem is one InputError at ``at``."""
     if value is None:
         return None
@@ -107,6 +109,7 @@ def parse_config(value: Any, at: str) -> JobConfig | None:
         raise InputError(f"{at}: job: give exactly one of id, id_env, id_file (and/or "
                          "prometheus)")
     if not given:
+        assert url is not None
         return JobConfig(prometheus=url.rstrip("/"))
     key = given[0]
     raw = value[key]
@@ -123,17 +126,17 @@ def parse_config(value: Any, at: str) -> JobConfig | None:
     return JobConfig(**{key: text}, prometheus=url.rstrip("/") if url else None)
 
 
-def from_processes(procs: Sequence[Any] | None) -> Job | None:
+def from_processes(procs: Sequence[ProcessInfo] | None) -> Job | None:
     """The job of a GPU's processes: the first a scheduler vouches for (a Slurm cgroup, a
     pod), else the first a process's environment names (not trusted), else None."""
     claimed = None
     for p in procs or ():
         if p.job_id:
-            if getattr(p, "job_from", None) != "environ":
+            if p.job_from != "environ":
                 return Job(str(p.job_id), "slurm", run=p.job_run)
             if claimed is None:
                 claimed = Job(str(p.job_id), "slurm", run=p.job_run, trusted=False)
-        elif getattr(p, "pod_uid", None):
+        elif p.pod_uid:
             return Job(p.pod_uid, "kubernetes", namespace=p.pod_namespace, pod=p.pod_name)
     return claimed
 
@@ -162,7 +165,7 @@ class JobTracker:
                 self.problem = f"job.id_env {config.id_env}: {value[:40]!r} is not a job id"
 
     # --- the tick thread ---------------------------------------------------------------------
-    def observe(self, now: float, samples: Sequence[Any]) -> None:
+    def observe(self, now: float, samples: Sequence[Sample]) -> None:
         """Take one tick's samples (called every tick: cheap)."""
         if self.config is not None and self.config.id_file is not None and \
                 now - self._file_at >= FILE_EVERY_S:
@@ -238,12 +241,12 @@ class JobTracker:
                 out.setdefault(job, []).append(index)
             return [(j, sorted(ix)) for j, ix in sorted(out.items(), key=lambda x: x[0].id)]
 
-    def status(self) -> dict[str, Any]:
+    def status(self) -> JsonDoc:
         """For ``watchdog status``: what the node runs and where that came from."""
         cfg = self.config
         with self._lock:
             overridden = self._override is not None
-        doc: dict[str, Any] = {"source": "config" if overridden else "processes",
+        doc: JsonDoc = {"source": "config" if overridden else "processes",
                                "jobs": [{**j.to_dict(), "gpus": gpus} for j, gpus in self.jobs()]}
         if cfg is not None and (cfg.id or cfg.id_env or cfg.id_file):
             doc["config"] = next(f"{k}: {v}" for k, v in (("id", cfg.id), ("id_env", cfg.id_env),
@@ -263,17 +266,18 @@ class SampleTee:
     """The pipeline's recording port, teed: every tick's samples go to the job tracker,
     then to the real recorder (``record:``) when there is one."""
 
-    def __init__(self, tracker: JobTracker, recorder: Any = None) -> None:
+    def __init__(self, tracker: JobTracker, recorder: SampleRecorder | None = None,
+                 status_to: JsonDoc | None = None) -> None:
         self.tracker = tracker
         self.recorder = recorder
-        self.status_to: dict[str, Any] | None = None  # the pipeline's extra status: "job"
-        self._shown: Any = None
+        self.status_to = status_to  # the pipeline's extra status: "job"
+        self._shown: object = None
 
-    def open(self, host: str, devices: list[Any]) -> None:
+    def open(self, host: str, devices: list[DeviceInfo]) -> None:
         if self.recorder is not None:
             self.recorder.open(host, devices)
 
-    def write(self, now: float, samples: list[Any]) -> None:
+    def write(self, now: float, samples: list[Sample]) -> None:
         self.tracker.observe(now, samples)
         if self.status_to is not None:
             shown = (self.tracker.jobs(), self.tracker.problem, self.tracker.notes)

@@ -31,13 +31,22 @@ from __future__ import annotations
 import logging
 import platform
 import time
-from collections.abc import Iterator
-from typing import Any
+from collections.abc import Iterable, Iterator, Sequence
+from typing import TYPE_CHECKING, Protocol
 
 from watchdog import reasons as R
 from watchdog.errors import InputError
 from watchdog.escape import label
-from watchdog.incident import KINDS
+from watchdog.incident import KIND_LIST, KINDS, Incident
+
+if TYPE_CHECKING:
+    from prometheus_client import ProcessCollector
+    from prometheus_client.metrics_core import Metric
+
+    from watchdog.pipeline.live import LivePipeline
+    from watchdog.records import Sample
+    from watchdog.service.jobs import JobTracker
+    from watchdog.service.metrics_http import MetricsServer
 
 log = logging.getLogger("watchdog.metrics")
 DEFAULT_PORT = 9849
@@ -61,8 +70,9 @@ GPU_GAUGES = (
 )
 SLOWDOWN = R.THERMAL | R.HARDWARE  # clocks cut by temperature or hardware, not by choice
 #: Kinds that say "this GPU is faulty": the fleet rules' suspects when a job hangs.
-FAULT_KINDS = frozenset({"gpu_lost", "xid", "ecc", "nvml_error", "thermal_throttle",
-                         "hw_slowdown", "pcie_degraded", "nvlink_errors"})
+FAULT_KINDS = tuple(k.name for k in KIND_LIST if k.hardware)
+#: Kinds with a per-GPU gauge of their own (watchdog_gpu_hang, ...): the fleet rules'.
+GAUGED = tuple(k for k in KIND_LIST if k.gauge)
 PER_GPU = 15  # GPU_GAUGES + busy ratio, slowdown, lost, hang, stall, fault
 PER_NODE = 40  # info, job, source, ticks..., incidents per kind (14), process (6)
 PER_SINK = 5
@@ -92,14 +102,14 @@ class PipelineCollector:
     ``jobs`` is the agent's :class:`~watchdog.service.jobs.JobTracker` (None: no job
     labels)."""
 
-    def __init__(self, pipeline: Any, jobs: Any = None) -> None:
+    def __init__(self, pipeline: LivePipeline, jobs: JobTracker | None = None) -> None:
         self.pipeline = pipeline
         self.jobs = jobs
         self._levels: dict[str, dict[str, float | None]] = {}
         self._levels_at = -float("inf")
-        self._process: Any = None
+        self._process: ProcessCollector | None = None
 
-    def collect(self) -> Iterator[Any]:
+    def collect(self) -> Iterator[Metric]:
         from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 
         from watchdog import __version__
@@ -136,12 +146,13 @@ class PipelineCollector:
                                labels=["node"])
         up.add_metric([node], 1.0 if p.source is not None else 0.0)
         yield up
-        for name, value, doc in (
+        counters: tuple[tuple[str, float, str], ...] = (
                 ("watchdog_ticks", s.ticks, "Ticks sampled."),
                 ("watchdog_missed_ticks", s.missed_ticks, "Ticks missed (the agent was late)."),
                 ("watchdog_source_errors", s.source_errors, "Ticks whose reading failed."),
                 ("watchdog_nvml_errors", s.nvml_errors, "NVML calls failed or timed out."),
-                ("watchdog_notifications", s.notifications, "Incident transitions handled.")):
+                ("watchdog_notifications", s.notifications, "Incident transitions handled."))
+        for name, value, doc in counters:
             c = CounterMetricFamily(name, doc, labels=["node"])
             c.add_metric([node], float(value))
             yield c
@@ -163,7 +174,8 @@ class PipelineCollector:
         job = self.jobs.gpu_job(uuid) if self.jobs is not None else None
         return label(job.id) if job is not None else ""
 
-    def _gpus(self, node: str, samples: list[Any], incidents: list[Any]) -> Iterator[Any]:
+    def _gpus(self, node: str, samples: list[Sample], incidents: list[Incident]
+              ) -> Iterator[Metric]:
         from prometheus_client.core import GaugeMetricFamily
 
         labels = ["node", "gpu", "uuid", "job_id"]
@@ -193,29 +205,26 @@ class PipelineCollector:
                 slow.add_metric(keys[smp.uuid], 1.0 if int(mask) & SLOWDOWN else 0.0)
         yield busy
         yield slow
-        hang: set[str] = set()
-        stall: set[str] = set()
+        gauged: dict[str, set[str]] = {k.name: set() for k in GAUGED}
         fault: set[str] = set()
         for inc in incidents:
-            target = hang if inc.kind == "comm_hang" else stall if inc.kind == "stall" else \
-                fault if inc.kind in FAULT_KINDS else None
-            if target is not None:
-                target.update(inc.uuids)
+            if inc.kind in gauged:
+                gauged[inc.kind].update(inc.uuids)
+            elif inc.kind in FAULT_KINDS:
+                fault.update(inc.uuids)
         for name, members, doc in (
                 ("watchdog_gpu_lost", {smp.uuid for smp in samples if smp.lost},
                  "1 when the GPU fell off the bus / NVML reports it lost."),
-                ("watchdog_gpu_hang", hang, "1 while the GPU is in a firing comm_hang "
-                 "incident (a hung collective, after the node's learned wait)."),
-                ("watchdog_gpu_stall", stall, "1 while the GPU is in a firing stall incident."),
+                *((str(k.gauge), gauged[k.name], k.gauge_help) for k in GAUGED),
                 ("watchdog_gpu_fault", fault, "1 while the GPU is in a firing incident of a "
-                 "hardware kind (gpu_lost, xid, ecc, nvml_error, thermal_throttle, "
-                 "hw_slowdown, pcie_degraded, nvlink_errors).")):
+                 f"hardware kind ({', '.join(FAULT_KINDS)}).")):
             fam = GaugeMetricFamily(name, doc, labels=labels)
             for smp in samples:
                 fam.add_metric(keys[smp.uuid], 1.0 if smp.uuid in members else 0.0)
             yield fam
 
-    def _incidents(self, node: str, incidents: list[Any], own: list[Any]) -> Iterator[Any]:
+    def _incidents(self, node: str, incidents: list[Incident], own: list[Incident]
+                   ) -> Iterator[Metric]:
         from prometheus_client.core import GaugeMetricFamily
 
         count = dict.fromkeys(KINDS, 0)
@@ -236,10 +245,10 @@ class PipelineCollector:
                                 self._job_label(uuid) if uuid else ""], 1.0)
         yield act
 
-    def _alerting(self, node: str) -> Iterator[Any]:
+    def _alerting(self, node: str) -> Iterator[Metric]:
         from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 
-        notifier = self.pipeline.notifier
+        notifier = self.pipeline.alerting
         if notifier is None or not hasattr(notifier, "status"):
             return
         try:
@@ -278,7 +287,7 @@ class PipelineCollector:
         firing.add_metric([node], float(st.get("alerts_firing") or 0))
         yield firing
 
-    def _process_metrics(self, node: str) -> Iterator[Any]:
+    def _process_metrics(self, node: str) -> Iterator[Metric]:
         """prometheus_client's process metrics (CPU, memory, file descriptors, start
         time), with the ``node`` label every series carries."""
         from prometheus_client import ProcessCollector
@@ -293,20 +302,36 @@ class PipelineCollector:
             yield out
 
 
-def serve(pipeline: Any, host: str, port: int, quiet: bool = False,
-          jobs: Any = None, extra: list[Any] | tuple[Any, ...] = ()) -> tuple[Any, str | None]:
+class Collects(Protocol):
+    """More metrics for the endpoint (the Slurm actor's counters)."""
+
+    def collect(self) -> Iterable[Metric]: ...
+
+
+def serve(pipeline: LivePipeline, host: str, port: int, quiet: bool = False,
+          jobs: JobTracker | None = None, extra: Sequence[Collects] = ()
+          ) -> tuple[MetricsServer | None, str | None]:
     """Start the endpoint; returns ``(server or None, error or None)``; never raises.
     ``quiet``: a failure is only returned, not logged (the agent's retries). ``extra``:
     more collectors (objects with ``collect()``), e.g. the Slurm actor's counters."""
     try:
         from prometheus_client import CollectorRegistry
+        from prometheus_client.registry import Collector
 
         from watchdog.service.metrics_http import MetricsServer
 
+        class Registered(Collector):
+            """One of ours, as prometheus_client's registry takes collectors."""
+
+            def __init__(self, part: Collects) -> None:
+                self.part = part
+
+            def collect(self) -> Iterable[Metric]:
+                return self.part.collect()
+
         registry = CollectorRegistry(auto_describe=False)
-        registry.register(PipelineCollector(pipeline, jobs))
-        for collector in extra:
-            registry.register(collector)
+        for part in (PipelineCollector(pipeline, jobs), *extra):
+            registry.register(Registered(part))
         server = MetricsServer(registry, host, port).start()
     except Exception as e:  # noqa: BLE001 - a taken port is a finding, not a crash
         msg = f"metrics endpoint {host}:{port} not started: {type(e).__name__}: {e}"

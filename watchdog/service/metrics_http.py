@@ -35,7 +35,10 @@ import socket
 import threading
 import time
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from prometheus_client import CollectorRegistry
 
 log = logging.getLogger("watchdog.metrics")
 
@@ -69,7 +72,7 @@ class MetricsServer:
     """Serves ``registry`` on ``host:port`` from one thread (:meth:`start`) until
     :meth:`shutdown`. ``server_address`` is the bound ``(host, port)``."""
 
-    def __init__(self, registry: Any, host: str, port: int) -> None:
+    def __init__(self, registry: CollectorRegistry, host: str, port: int) -> None:
         self.registry = registry
         family = socket.AF_INET6 if ":" in host else socket.AF_INET
         self._listener = socket.socket(family, socket.SOCK_STREAM)

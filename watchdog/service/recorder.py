@@ -10,9 +10,13 @@ import logging
 import os
 from datetime import UTC, datetime
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from watchdog.errors import InputError
 from watchdog.records import DeviceInfo, Sample
+
+if TYPE_CHECKING:
+    from watchdog.sources.replay.recording_writer import RecordingWriter
 
 log = logging.getLogger("watchdog.record")
 ROTATE_S = 3600.0
@@ -38,7 +42,7 @@ class Recorder:
         self.host = host or "localhost"
         self.devices = list(devices or [])
         self.source = source
-        self._writer = None
+        self._writer: RecordingWriter | None = None
         self._opened_at = 0.0
 
     def open(self, host: str, devices: list[DeviceInfo]) -> None:

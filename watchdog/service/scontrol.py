@@ -44,7 +44,7 @@ def reason_text(text: str, limit: int = MAX_REASON) -> str:
 
 def is_ours(reason: str | None) -> bool:
     """Whether a node's reason was written by the agent."""
-    return bool(reason) and reason.startswith(PREFIX)
+    return reason is not None and reason.startswith(PREFIX)
 
 
 @dataclass(frozen=True, slots=True)

@@ -41,13 +41,26 @@ import logging
 import socket
 import threading
 from collections import deque
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING
 
 from watchdog.cluster import DRAIN_KINDS, NEVER_DRAIN
 from watchdog.errors import InputError
-from watchdog.service.scontrol import PREFIX, Scontrol, ScontrolError, is_ours, reason_text
+from watchdog.incident import Incident
+from watchdog.service.scontrol import (
+    PREFIX,
+    NodeState,
+    Scontrol,
+    ScontrolError,
+    is_ours,
+    reason_text,
+)
+from watchdog.store.store import Store
+
+if TYPE_CHECKING:
+    from prometheus_client.metrics_core import Metric
+from watchdog.untyped import Json, JsonDoc
 
 log = logging.getLogger("watchdog.slurm")
 POLL_S = 5.0  # real seconds between looks at the node while there is something to watch
@@ -69,7 +82,7 @@ class SlurmConfig:
     timeout_s: float = 10.0
 
 
-def parse_config(value: Any, at: str) -> SlurmConfig | None:
+def parse_config(value: Json, at: str) -> SlurmConfig | None:
     """The ``slurm:`` mapping; each problem is one InputError naming ``at``."""
     from watchdog.incident import KINDS
     from watchdog.units import duration_in
@@ -81,7 +94,7 @@ def parse_config(value: Any, at: str) -> SlurmConfig | None:
         value = {}
     if not isinstance(value, dict) or set(value) - keys:
         raise InputError(f"{at}: slurm must be a mapping of {', '.join(sorted(keys))}")
-    out: dict[str, Any] = {}
+    out: JsonDoc = {}
     if "drain" in value:
         kinds = value["drain"] or []
         if not isinstance(kinds, list) or not all(isinstance(k, str) for k in kinds):
@@ -113,7 +126,7 @@ def parse_config(value: Any, at: str) -> SlurmConfig | None:
     return SlurmConfig(**out)
 
 
-def identity(inc: Any) -> str:
+def identity(inc: Incident) -> str:
     """What names an incident across ticks and restarts: its rule and its GPUs."""
     return f"{inc.rule}/{','.join(sorted(inc.uuids)) or 'node'}"
 
@@ -123,11 +136,14 @@ class SlurmActor:
 
     ``now()`` is the agent's clock; ``judging()`` whether the agent can read its GPUs;
     ``annotate(inc, text)`` records an action on an incident; ``db`` the state store (or
-    None) where what must survive a restart is kept."""
+    None) where what must survive a restart is kept; ``status_to`` the pipeline's extra
+    status, where the actor keeps its part of ``watchdog status`` ("slurm")."""
 
     def __init__(self, cfg: SlurmConfig, *, now: Callable[[], float],
-                 judging: Callable[[], bool], annotate: Callable[[Any, str], None] | None = None,
-                 db: Any = None, node: str | None = None) -> None:
+                 judging: Callable[[], bool],
+                 annotate: Callable[[Incident, str], None] | None = None,
+                 db: Store | None = None, node: str | None = None,
+                 status_to: JsonDoc | None = None) -> None:
         self.cfg = cfg
         self.node = node or cfg.node or socket.gethostname().split(".")[0]
         self.scontrol = Scontrol(cfg.scontrol, self.node, cfg.timeout_s)
@@ -136,24 +152,24 @@ class SlurmActor:
         self.annotate = annotate
         self.db = db
         self._lock = threading.Lock()
-        self._holding: dict[str, Any] = {}  # identity -> active drain incident
+        self._holding: JsonDoc = {}  # identity -> active drain incident
         self._drained_for: set[str] = set()
         self._respected: set[str] = set()  # admin resumed during these incidents
-        self._drained: dict[str, Any] | None = None  # our drain: reason, at, for
+        self._drained: JsonDoc | None = None  # our drain: reason, at, for
         self._clean_since = now()  # no drain incident since (agent clock)
         self._judging_since: float | None = None
         self._seen_node = False
-        self.actions: deque[dict[str, Any]] = deque(maxlen=KEEP_ACTIONS)
+        self.actions: deque[JsonDoc] = deque(maxlen=KEEP_ACTIONS)
         self.counts = {"drains": 0, "resumes": 0, "errors": 0}
         self.error: str | None = None
-        self.status_to: dict[str, Any] | None = None  # the pipeline's extra_status
+        self.status_to = status_to
         self._wake = threading.Event()
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         self._load()
 
     # --- the tick thread: transitions only -----------------------------------------------
-    def __call__(self, what: str, inc: Any) -> None:
+    def __call__(self, what: str, inc: Incident) -> None:
         """A notifier: ``(transition, incident)`` from the pipeline (cheap, no I/O)."""
         if inc.kind not in self.cfg.drain or inc.kind in NEVER_DRAIN or \
                 inc.severity != "critical":
@@ -212,7 +228,7 @@ class SlurmActor:
             self._watch(now, holding, clean_since)
         self._publish(now, judging)
 
-    def _state(self) -> Any:
+    def _state(self) -> NodeState | None:
         try:
             st = self.scontrol.show()
         except ScontrolError as e:
@@ -221,7 +237,7 @@ class SlurmActor:
         self._seen_node = True
         return st
 
-    def _drain(self, now: float, holding: dict[str, Any], pending: list[str]) -> None:
+    def _drain(self, now: float, holding: JsonDoc, pending: list[str]) -> None:
         inc = holding[pending[0]]
         st = self._state()
         if st is None:
@@ -253,7 +269,7 @@ class SlurmActor:
                 self._drained = {"reason": reason, "at": now, "dry_run": dry}
         self._save()
 
-    def _watch(self, now: float, holding: dict[str, Any], clean_since: float) -> None:
+    def _watch(self, now: float, holding: JsonDoc, clean_since: float) -> None:
         """Our drain (or, at start, whether there is one): the admin's hand, or resume."""
         if self._drained is not None and self._drained.get("dry_run"):
             self._resume(now, holding, clean_since)  # a drain that was never made
@@ -277,7 +293,7 @@ class SlurmActor:
             return
         self._resume(now, holding, clean_since)
 
-    def _resume(self, now: float, holding: dict[str, Any], clean_since: float) -> None:
+    def _resume(self, now: float, holding: JsonDoc, clean_since: float) -> None:
         if holding or not self.cfg.resume:
             return
         since = max(clean_since, self._judging_since or now)
@@ -298,7 +314,7 @@ class SlurmActor:
 
     # --- records ------------------------------------------------------------------------------
     def _act(self, now: float, action: str, text: str, keys: list[str],
-             holding: dict[str, Any], remember: bool = False) -> None:
+             holding: JsonDoc, remember: bool = False) -> None:
         dry = self.cfg.dry_run and action in ("drain", "resume")
         entry = {"at": now, "action": action, "node": self.node, "detail": text,
                  "incidents": keys, "dry_run": dry}
@@ -334,7 +350,7 @@ class SlurmActor:
         if self.status_to is not None:
             self.status_to["slurm"] = doc
 
-    def collect(self) -> Any:
+    def collect(self) -> Iterator[Metric]:
         """Prometheus metrics (a prometheus_client collector)."""
         from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 

@@ -7,13 +7,13 @@ driver or a sink wrote, cannot start a line, move the cursor or set the terminal
 from __future__ import annotations
 
 from datetime import UTC, datetime
-from typing import Any
 
 from watchdog.escape import line
 from watchdog.report.table import duration, gpu_list
+from watchdog.untyped import JsonDoc
 
 
-def stale(doc: dict[str, Any], written: float | None, now: float) -> bool:
+def stale(doc: JsonDoc, written: float | None, now: float) -> bool:
     """Stopped, or no status written for 3 intervals plus 30 s (the agent writes every 5 s
     of its clock; a simulated node at speed writes in simulated time, so compare with the
     document's own clock where it runs ahead)."""
@@ -23,7 +23,7 @@ def stale(doc: dict[str, Any], written: float | None, now: float) -> bool:
         now - float(doc.get("now") or 0.0) > 30.0
 
 
-def down_sinks(doc: dict[str, Any]) -> list[str]:
+def down_sinks(doc: JsonDoc) -> list[str]:
     """The alerting sinks that are down (refusing everything, or failing for longer than
     ``sink_fail_after``): ``watchdog status`` exits 1 while there is one."""
     sinks = (doc.get("alerting") or {}).get("sinks") or {}
@@ -36,7 +36,7 @@ def _t(ts: float | None) -> str:
     return datetime.fromtimestamp(ts, tz=UTC).strftime("%Y-%m-%d %H:%M:%SZ")
 
 
-def render(doc: dict[str, Any], now: float) -> str:
+def render(doc: JsonDoc, now: float) -> str:
     """A short report: state line, GPUs, timing, errors, incidents, learned waits."""
     lines = []
     state = "STOPPED" if doc.get("stopped_at") else "STALE" if doc.get("stale") else "RUNNING"
@@ -95,7 +95,7 @@ def render(doc: dict[str, Any], now: float) -> str:
     return "\n".join(line(x) for x in lines)
 
 
-def _agent_lines(doc: dict[str, Any]) -> list[str]:
+def _agent_lines(doc: JsonDoc) -> list[str]:
     """The agent's own state: where its database lives, the last reload, the clock."""
     out = []
     db = doc.get("state_db") or {}
@@ -118,7 +118,7 @@ def _agent_lines(doc: dict[str, Any]) -> list[str]:
     return out
 
 
-def _job_line(job: dict[str, Any]) -> str:
+def _job_line(job: JsonDoc) -> str:
     """``jobs: 4242 (slurm, run 1) on GPUs 0-7 · from the GPUs' processes``: what the node
     runs, which the metrics' ``job_id`` and a job-wide page's identity carry."""
     parts = []
@@ -145,7 +145,7 @@ def _job_line(job: dict[str, Any]) -> str:
     return line
 
 
-def _model_line(md: dict[str, Any]) -> str:
+def _model_line(md: JsonDoc) -> str:
     """``anomaly model: collecting 12/60 busy minutes`` or ``scoring (fitted ...)``."""
     head = f"anomaly model ({md.get('use')}): {md.get('state')}"
     if md.get("state") in ("collecting", "fitting"):
@@ -167,7 +167,7 @@ def _model_line(md: dict[str, Any]) -> str:
     return head
 
 
-def _slurm_lines(sl: dict[str, Any]) -> list[str]:
+def _slurm_lines(sl: JsonDoc) -> list[str]:
     """``slurm: node n17 drained by the agent · 1 drain, 0 resumes`` and its last actions."""
     state = ("DRAINED by the agent" + (" (dry run: not really)" if (sl.get("drained") or {})
                                        .get("dry_run") else "")
@@ -185,7 +185,7 @@ def _slurm_lines(sl: dict[str, Any]) -> list[str]:
     return out
 
 
-def _alerting_lines(al: dict[str, Any]) -> list[str]:
+def _alerting_lines(al: JsonDoc) -> list[str]:
     """``alerting: 1 firing · 0 silences`` then one line per sink with its queue."""
     out = [f"alerting: {al.get('alerts_firing', 0)} firing · {al.get('silences', 0)} "
            f"silence(s) · {al.get('dropped', 0)} dropped by a full outbox"]

@@ -20,11 +20,11 @@ from __future__ import annotations
 
 import json
 import sqlite3
-from typing import Any
 
 from watchdog.incident import Incident
 from watchdog.store.db import transaction
 from watchdog.store.store import Store
+from watchdog.untyped import JsonDoc
 
 STEPS = (
     """
@@ -64,11 +64,11 @@ class AgentStore:
         db.migrate("agent", STEPS)
 
     # --- learned state ----------------------------------------------------------------
-    def load_learned(self, host: str) -> tuple[dict[str, dict[str, Any]],
+    def load_learned(self, host: str) -> tuple[dict[str, JsonDoc],
                                                dict[str, dict[str, float | None]]]:
         """``(waits by rule, levels by GPU uuid)`` saved for this host and namespace; each
         GPU's levels carry the ``version`` of the definition they were learned under."""
-        def read(c: sqlite3.Connection) -> tuple[dict[str, dict[str, Any]],
+        def read(c: sqlite3.Connection) -> tuple[dict[str, JsonDoc],
                                                  dict[str, dict[str, float | None]]]:
             waits = {rule: json.loads(state) for rule, state in c.execute(
                 "SELECT rule, state FROM learned_waits WHERE namespace = ? AND host = ?",
@@ -81,7 +81,7 @@ class AgentStore:
 
         return self.db.run(read)
 
-    def save_learned(self, host: str, waits: dict[str, dict[str, Any]],
+    def save_learned(self, host: str, waits: dict[str, JsonDoc],
                      levels: dict[str, dict[str, float | None]], now: float,
                      version: int) -> None:
         """Replace what was learned (one transaction: a kill leaves old or new, not half);
@@ -117,7 +117,7 @@ class AgentStore:
             "summary = excluded.summary, evidence = excluded.evidence, "
             "updated_at = excluded.updated_at", row))
 
-    def active_incidents(self) -> list[dict[str, Any]]:
+    def active_incidents(self) -> list[JsonDoc]:
         """Incidents not resolved, oldest first, as plain dicts."""
         rows = self.db.run(lambda c: c.execute(
             "SELECT id, host, kind, severity, rule, gpus, uuids, started_at, fired_at, "
@@ -136,7 +136,7 @@ class AgentStore:
             (now, now, f" [{why}]", self.namespace)).rowcount))
 
     # --- status ---------------------------------------------------------------------------
-    def write_status(self, doc: dict[str, Any], now: float) -> None:
+    def write_status(self, doc: JsonDoc, now: float) -> None:
         text = json.dumps(doc)
         self.db.run(lambda c: c.execute(
             "INSERT INTO agent_status VALUES (1, ?, ?) ON CONFLICT (id) DO "
@@ -157,7 +157,7 @@ class AgentStore:
         return int(self.db.run(delete))
 
 
-def read_status(conn: sqlite3.Connection) -> tuple[dict[str, Any] | None, float | None]:
+def read_status(conn: sqlite3.Connection) -> tuple[JsonDoc | None, float | None]:
     """The last status document and when it was written (None when never)."""
     try:
         row = conn.execute("SELECT doc, updated_at FROM agent_status WHERE id = 1").fetchone()
@@ -166,7 +166,7 @@ def read_status(conn: sqlite3.Connection) -> tuple[dict[str, Any] | None, float 
     return (json.loads(row[0]), row[1]) if row else (None, None)
 
 
-def read_active(conn: sqlite3.Connection) -> list[dict[str, Any]]:
+def read_active(conn: sqlite3.Connection) -> list[JsonDoc]:
     """Active incidents of every namespace (read-only access for ``watchdog status``)."""
     try:
         rows = conn.execute(
@@ -179,7 +179,7 @@ def read_active(conn: sqlite3.Connection) -> list[dict[str, Any]]:
              "summary": r[8]} for r in rows]
 
 
-def read_waits(conn: sqlite3.Connection) -> list[dict[str, Any]]:
+def read_waits(conn: sqlite3.Connection) -> list[JsonDoc]:
     """Learned waits of every namespace and host."""
     try:
         rows = conn.execute("SELECT namespace, host, rule, state, updated_at "

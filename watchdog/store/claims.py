@@ -34,9 +34,9 @@ import json
 import os
 import re
 from pathlib import Path
-from typing import Any
 
 from watchdog.errors import InputError
+from watchdog.untyped import JsonDoc
 
 RUN_DIR = Path("/run/nvml-watchdog")
 INFO_MAX = 4096  # bytes of holder information read from a claim file
@@ -70,7 +70,7 @@ class Claims:
         self.held = []
 
 
-def claim(uuids: list[str], info: dict[str, Any]) -> Claims | None:
+def claim(uuids: list[str], info: JsonDoc) -> Claims | None:
     """Claim every GPU in ``uuids`` for this agent (``info``: what a second agent is told
     about it: pid, state directory, host). Returns the claims; None where they cannot be
     taken and no agent can hold any (see the module docs); raises :class:`SecondAgent`
@@ -93,7 +93,7 @@ def claim(uuids: list[str], info: dict[str, Any]) -> Claims | None:
     return Claims(held, d)
 
 
-def _take(path: Path, uuid: str, uuids: list[str], info: dict[str, Any]) -> tuple[int, Path]:
+def _take(path: Path, uuid: str, uuids: list[str], info: JsonDoc) -> tuple[int, Path]:
     """Lock ``path`` (exclusive, never waiting) and write ``info`` into it."""
     while True:
         try:
@@ -130,7 +130,7 @@ def _take(path: Path, uuid: str, uuids: list[str], info: dict[str, Any]) -> tupl
         return fd, path
 
 
-def _read_info(fd: int) -> dict[str, Any]:
+def _read_info(fd: int) -> JsonDoc:
     try:
         doc = json.loads(os.pread(fd, INFO_MAX, 0) or b"{}")
     except (OSError, ValueError):
@@ -138,7 +138,7 @@ def _read_info(fd: int) -> dict[str, Any]:
     return doc if isinstance(doc, dict) else {}
 
 
-def refusal(uuid: str, uuids: list[str], first: dict[str, Any]) -> str:
+def refusal(uuid: str, uuids: list[str], first: JsonDoc) -> str:
     """The one line a second agent prints."""
     who = ", ".join(x for x in (
         f"pid {first['pid']}" if isinstance(first.get("pid"), int) else "",

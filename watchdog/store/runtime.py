@@ -14,7 +14,8 @@ import hashlib
 import json
 import os
 from pathlib import Path
-from typing import Any
+
+from watchdog.untyped import JsonDoc
 
 SYSTEMD_RUNTIME = Path("/run/nvml-watchdog")
 MAX_BYTES = 1 << 20  # a status document is a few KiB; never read more than this
@@ -33,7 +34,7 @@ def status_file(state_dir: str | os.PathLike[str]) -> Path:
     return base / f"nvml-watchdog-status-{digest}.json"
 
 
-def write(state_dir: str | os.PathLike[str], doc: dict[str, Any]) -> None:
+def write(state_dir: str | os.PathLike[str], doc: JsonDoc) -> None:
     """Replace the file atomically (a reader never sees half a document). Raises OSError."""
     path = status_file(state_dir)
     tmp = path.with_name(path.name + ".tmp")
@@ -46,7 +47,7 @@ def write(state_dir: str | os.PathLike[str], doc: dict[str, Any]) -> None:
     os.replace(tmp, path)
 
 
-def read(state_dir: str | os.PathLike[str]) -> dict[str, Any] | None:
+def read(state_dir: str | os.PathLike[str]) -> JsonDoc | None:
     """The document, or None when there is none (or it cannot be read)."""
     path = status_file(state_dir)
     try:

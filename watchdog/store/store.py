@@ -35,11 +35,12 @@ import time
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import TypeVar
 
 from watchdog.errors import InputError
 from watchdog.store import salvage
 from watchdog.store.db import DB_NAME, StateOpenError, connect, migrate
+from watchdog.untyped import JsonDoc
 
 log = logging.getLogger("watchdog.store")
 T = TypeVar("T")
@@ -416,7 +417,7 @@ class Store:
             out, self._events = self._events, []
         return out
 
-    def status(self) -> dict[str, Any]:
+    def status(self) -> JsonDoc:
         """For ``watchdog status``: where the state lives now and why."""
         return {"path": str(self.path), "mode": self.mode, "reason": self.reason}
 

@@ -24,11 +24,11 @@ import urllib.parse
 import urllib.request
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
 
 import yaml
 
 from watchdog import yamlsafe
+from watchdog.untyped import JsonDoc
 
 REPO = Path(__file__).resolve().parents[2]
 PROMETHEUS = shutil.which("prometheus")
@@ -86,7 +86,7 @@ def alertmanager_config(receiver_url: str, *, scale: float = 1.0) -> str:
 
         return f"{max(1000, round(parse_duration(text, what='timer') * scale * 1000))}ms"
 
-    def walk(route: dict[str, Any]) -> None:
+    def walk(route: JsonDoc) -> None:
         for key in ("group_wait", "group_interval", "repeat_interval"):
             if key in route:
                 route[key] = scaled(route[key])
@@ -124,7 +124,7 @@ class Node:
     spec: str
     metrics_port: int
     job: str | None = None  # the config's job: {id: …}; None: the GPUs' processes say
-    proc: Any = None
+    proc: subprocess.Popen[bytes] | None = None
     log: Path | None = None
 
 
@@ -183,12 +183,13 @@ class Fleet:
     def wait_agents(self, timeout: float) -> list[int | None]:
         """Wait for every agent to exit (``--duration``); their exit codes."""
         end = time.monotonic() + timeout
-        for n in self.nodes:
+        procs = [n.proc for n in self.nodes if n.proc is not None]
+        for proc in procs:
             try:
-                n.proc.wait(max(0.1, end - time.monotonic()))
+                proc.wait(max(0.1, end - time.monotonic()))
             except subprocess.TimeoutExpired:
                 pass
-        return [n.proc.poll() for n in self.nodes]
+        return [proc.poll() for proc in procs]
 
     # --- Prometheus and Alertmanager -------------------------------------------------------
     def start_alertmanager(self, receiver_url: str, scale: float) -> str:
@@ -240,7 +241,7 @@ class Fleet:
         text = (self.folder / f"{name}.log").read_text(errors="replace")[-2000:]
         raise RuntimeError(f"{name} did not become ready:\n{text}")
 
-    def query(self, expr: str) -> list[dict[str, Any]]:
+    def query(self, expr: str) -> list[JsonDoc]:
         """An instant query's result vector."""
         url = (f"http://127.0.0.1:{self.prom_port}/api/v1/query?"
                + urllib.parse.urlencode({"query": expr}))

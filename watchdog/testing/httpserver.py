@@ -3,7 +3,7 @@ with scripted replies, standing in for a webhook receiver, Slack's Web API or Pa
 Events API where the real service cannot be reached.
 
 ``python -m watchdog.testing.httpserver PORT OUT.jsonl`` runs one that answers 202 to
-everything and appends each request to OUT.jsonl (used on the GPU machine and in the
+everything and appends each request to OUT.jsonl (a receiver for a real agent, as in the
 kill -9 test, where the receiver must outlive the agent).
 
 A reply can also misbehave the way a broken or hostile endpoint does
@@ -24,13 +24,16 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from watchdog.untyped import Json
 
 
 @dataclass
 class Reply:
     status: int = 200
-    body: Any = field(default_factory=lambda: {"ok": True})
+    body: Json = field(default_factory=lambda: {"ok": True})
     headers: dict[str, str] = field(default_factory=dict)
     delay: float = 0.0  # seconds before answering (a slow or hung service)
     trickle: float = 0.0  # > 0: send the whole reply one byte every this many seconds
@@ -49,7 +52,7 @@ def redirect(location: str, status: int = 302) -> Reply:
     return Reply(status, {"moved": True}, {"Location": location})
 
 
-def trickle(every: float = 2.0, status: int = 200, body: Any = None) -> Reply:
+def trickle(every: float = 2.0, status: int = 200, body: Json = None) -> Reply:
     """The whole reply (status line, headers, body) one byte every ``every`` seconds."""
     return Reply(status, {"ok": True} if body is None else body, trickle=every)
 
@@ -69,7 +72,7 @@ class Request:
     method: str
     path: str
     headers: dict[str, str]
-    body: Any
+    body: Json
     at: float
 
 
@@ -101,7 +104,7 @@ class Server:
                 ctype = self.headers.get("Content-Type", "")
                 if "json" in ctype:
                     try:
-                        body: Any = json.loads(raw)
+                        body: Json = json.loads(raw)
                     except ValueError:
                         body = raw
                 elif "x-www-form-urlencoded" in ctype:
@@ -170,7 +173,7 @@ class Server:
                 except (BrokenPipeError, ConnectionResetError, OSError):
                     pass
 
-            def log_message(self, *args: Any) -> None:
+            def log_message(self, *args: object) -> None:
                 return None
 
         self.httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
@@ -207,7 +210,7 @@ class Server:
         self._thread.start()
         return self
 
-    def __exit__(self, *exc: Any) -> None:
+    def __exit__(self, *exc: object) -> None:
         self.httpd.shutdown()
         self.httpd.server_close()
 

@@ -43,6 +43,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from watchdog.testing.rawlog import RawLog
+from watchdog.untyped import Array
 
 __all__ = ["Label", "RawLog", "hang", "memory_pressure", "stall", "thermal"]
 
@@ -67,7 +68,7 @@ class Label:
         return t + self.inserted_s if self.inserted_s and t >= self.inserted_at else t
 
 
-def _rows(log: RawLog, g: int, lo: float, hi: float) -> tuple[np.ndarray, np.ndarray]:
+def _rows(log: RawLog, g: int, lo: float, hi: float) -> tuple[Array, Array]:
     """GPU ``g``'s rows in ``[lo, hi)`` and their positions among its own rows."""
     mine = np.flatnonzero(log.gpu == g)
     at = (log.ts[mine] >= lo) & (log.ts[mine] < hi)

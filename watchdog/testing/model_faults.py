@@ -28,17 +28,21 @@ from __future__ import annotations
 
 import math
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING
 
 import numpy as np
 
 from watchdog.testing.inject import Label
 from watchdog.testing.rawlog import RawLog
+from watchdog.untyped import Array
+
+if TYPE_CHECKING:
+    import pandas as pd
 
 TAU_S = 60.0  # a GPU's thermal time constant (s): the temperature follows power this fast
 
 
-def _rows(log: RawLog, g: int, lo: float, hi: float) -> tuple[np.ndarray, np.ndarray]:
+def _rows(log: RawLog, g: int, lo: float, hi: float) -> tuple[Array, Array]:
     mine = np.flatnonzero(log.gpu == g)
     at = (log.ts[mine] >= lo) & (log.ts[mine] < hi)
     return mine[at], np.flatnonzero(at)
@@ -78,7 +82,7 @@ def temp_drift(log: RawLog, onset: float, gpu: int, rate: float = 0.5,
     return Label("anomaly", (gpu,), onset, end, onset, shift)
 
 
-def slowdown_frame(frame: Any, gpu: int, onset: float, gpu_model: str,
+def slowdown_frame(frame: pd.DataFrame, gpu: int, onset: float, gpu_model: str,
                    frac: float = 0.65) -> None:
     """:func:`slowdown` on a simulated frame (its ``index``, ``ts``, ``power.draw`` and
     ``temperature.gpu`` columns, changed in place): GPU ``gpu`` draws ``frac`` of its power

@@ -14,18 +14,24 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import replace
 from itertools import pairwise
-from typing import Any
+from typing import TYPE_CHECKING
 
 from watchdog.clock import ManualClock
 from watchdog.incident import Incident
 from watchdog.records import DeviceInfo, Sample
+
+if TYPE_CHECKING:
+    from watchdog.detect import Detector, Rule
+    from watchdog.sources.base import LiveSource
+    from watchdog.sources.replay.frame import Recording
+    from watchdog.store.agent import AgentStore
 
 
 class PlayedSource:
     """A :class:`~watchdog.sources.base.LiveSource` that answers ``sample(now)`` with the
     recorded tick at ``now`` (the caller's clock walks the recording's timestamps)."""
 
-    def __init__(self, recording: Any) -> None:
+    def __init__(self, recording: Recording) -> None:
         self.host: str = recording.host
         self._devices: list[DeviceInfo] = list(recording.devices())
         self._ticks: dict[float, list[Sample]] = dict(recording.ticks())
@@ -44,10 +50,10 @@ class PlayedSource:
         """Nothing to release."""
 
 
-def play_live(recording: Any, rules: Any, *, host: str | None = None,
-              store: Any = None) -> list[Incident]:
+def play_live(recording: Recording, rules: Sequence[Rule], *, host: str | None = None,
+              store: AgentStore | None = None) -> list[Incident]:
     """Every incident the agent's live pipeline raises over ``recording`` (with
-    ``rules``, no model, no notifiers), in the order they fired, as they stand at the
+    ``rules``, no model, no alerting), in the order they fired, as they stand at the
     recording's end; ``store`` an :class:`~watchdog.store.agent.AgentStore` whose learned
     state the agent restores first (None: a fresh node)."""
     from watchdog.pipeline.core import build_detector
@@ -63,16 +69,17 @@ def play_live(recording: Any, rules: Any, *, host: str | None = None,
     def note(_transition: str, inc: Incident) -> None:
         seen.setdefault(id(inc), inc)
 
-    def make(src: Any) -> Any:
+    def make(src: LiveSource) -> Detector:
         return build_detector(rules, host=host or src.host, devices=src.devices(),
                               mode="live")
 
     interval = _interval(times)
     pipe = LivePipeline(lambda _now: source, make, clock, spec="played", interval=interval,
-                        store=store, notifiers=[note], host=host or recording.host)
+                        store=store, listeners=[note], host=host or recording.host)
     for t in times:
         clock.sleep_until(t)
         pipe.tick()
+    assert pipe.detector is not None  # the source opened
     pipe.detector.flush_ticks()  # the ticks the live detector still batches
     for transition, inc in pipe.detector.drain():
         note(transition, inc)

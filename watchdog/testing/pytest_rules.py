@@ -27,7 +27,7 @@ def pytest_collect_file(parent: pytest.Collector, file_path: Path) -> pytest.Col
 class RuleTestFile(pytest.File):
     """A rule test file: one item per test case."""
 
-    def collect(self):  # type: ignore[no-untyped-def]
+    def collect(self):
         for case in ruletest.load_cases(self.path):
             yield RuleTestItem.from_parent(self, name=case.name, case=case)
 
@@ -35,7 +35,7 @@ class RuleTestFile(pytest.File):
 class RuleTestItem(pytest.Item):
     """One rule test case."""
 
-    def __init__(self, *, case: ruletest.Case, **kwargs) -> None:  # type: ignore[no-untyped-def]
+    def __init__(self, *, case: ruletest.Case, **kwargs) -> None:
         super().__init__(**kwargs)
         self.case = case
 
@@ -44,12 +44,12 @@ class RuleTestItem(pytest.Item):
         if fails:
             raise RuleTestFailure("\n".join(fails))
 
-    def repr_failure(self, excinfo, style=None):  # type: ignore[no-untyped-def]
+    def repr_failure(self, excinfo, style=None):
         if isinstance(excinfo.value, RuleTestFailure):
             return f"{self.case.file}:{self.case.line}: {self.case.name}\n{excinfo.value}"
         return super().repr_failure(excinfo, style=style)
 
-    def reportinfo(self):  # type: ignore[no-untyped-def]
+    def reportinfo(self):
         return self.path, self.case.line, f"rule test: {self.case.name}"
 
 

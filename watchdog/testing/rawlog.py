@@ -21,6 +21,7 @@ import pandas as pd
 
 from watchdog.sources.replay import convert
 from watchdog.sources.replay.smi_columns import assign
+from watchdog.untyped import Array
 
 # the stretch before the onset that goes on under the fault (s). Not a whole minute: copies
 # 60 s apart keep their phase against a sampler every 10, 30 or 60 s, so a sub-second dip
@@ -121,7 +122,7 @@ class RawLog:
     def has(self, role: str) -> bool:
         return role in self._col
 
-    def values(self, role: str) -> np.ndarray:
+    def values(self, role: str) -> Array:
         """A column as floats (NaN where missing); an absent column is all NaN."""
         if role not in self._col:
             return np.full(len(self.rows), math.nan)
@@ -178,7 +179,7 @@ class RawLog:
         raise ValueError(f"no GPU busy for {span:g} s in this log")
 
     # --- writing ------------------------------------------------------------------------
-    def set(self, role: str, rows: np.ndarray, vals: np.ndarray) -> None:
+    def set(self, role: str, rows: Array, vals: Array) -> None:
         """Write ``vals`` into column ``role`` at ``rows`` in the column's own style."""
         if role not in self._col or not len(rows):
             return
@@ -188,7 +189,7 @@ class RawLog:
             if not math.isnan(v):
                 self.rows[i][c] = style.format(v)
 
-    def set_text(self, role: str, rows: np.ndarray, text: str) -> None:
+    def set_text(self, role: str, rows: Array, text: str) -> None:
         if role in self._col:
             c = self._col[role]
             for i in rows.tolist():
@@ -314,7 +315,7 @@ class RawLog:
         return p
 
     # --- helpers for the faults ---------------------------------------------------------
-    def noise(self, role: str, g: int) -> np.ndarray:
+    def noise(self, role: str, g: int) -> Array:
         """Each sample's deviation from the local median (9 samples) of column ``role``,
         relative to that median, for GPU ``g``'s rows (0 where unknown)."""
         x = self.values(role)[self.gpu == g]

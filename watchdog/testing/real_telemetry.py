@@ -17,7 +17,7 @@ LEO = {"index": "gpu_id", "power.draw": "power_w", "clocks.sm": "sm_clock_mhz",
        "memory.used": "memory_used_mb", "memory.total": "memory_total_mb",
        "temperature.gpu": "temperature_c"}
 # folder -> one (mapping, host) per way of reading each file in it
-READINGS: dict[str, list[tuple[dict[str, str], str | None]]] = {
+READINGS: dict[str, list[tuple[dict[str, str] | None, str | None]]] = {
     "karpathy__nanoGPT": [(NANOGPT, None)],
     "Leo-hxu__training-power-trace-explorer": [(LEO, None)],
     "ciscoaiteam__hpc-mlperf-benchmarks": [({"power.draw": "n1_watts"}, "n1"),

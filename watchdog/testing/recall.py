@@ -24,10 +24,14 @@ import tempfile
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING
 
 from watchdog.testing import inject
 from watchdog.testing.real_telemetry import LEO, NANOGPT
+
+if TYPE_CHECKING:
+    from watchdog.detect import RuleSet
+    from watchdog.incident import Incident
 
 # column subsets: name -> (columns derived first, column groups then removed); a derived
 # column stands in for one a logger did not write (memory.free for memory.total; the
@@ -41,7 +45,7 @@ SUBSETS: dict[str, tuple[tuple[str, ...], tuple[str, ...]]] = {
                                         ("limit", "clocks", "reasons", "total", "name")),
 }
 STEPS: tuple[float | None, ...] = (None, 10.0, 30.0, 60.0)
-KINDS = ("comm_hang", "stall", "thermal_throttle", "memory_pressure")
+RECALL_KINDS = ("comm_hang", "stall", "thermal_throttle", "memory_pressure")
 RULE_OF = {"comm_hang": "comm_hang", "stall": "stall", "thermal_throttle": "thermal_throttle",
            "memory_pressure": "memory_pressure"}
 # found within this long of the onset (s): a throttle within a minute; a leak before the
@@ -118,7 +122,8 @@ def log_cases(real_telemetry: Path | None, real_gpu: Path | None) -> list[LogCas
         darsh = rt / "DarshEllisd__GPU-Power-Capping-"
         for p in sorted(darsh.glob("*.csv")):
             # a 6 GB laptop GeForce (README), name not logged: 87 C assumed for its slowdown
-            faults = ("comm_hang", "stall", "thermal_throttle", "memory_pressure")
+            faults: tuple[str, ...] = ("comm_hang", "stall", "thermal_throttle",
+                                       "memory_pressure")
             if p.name.startswith(("clk525", "clk1005")):  # locked clocks: busy is ~1.7x idle
                 faults = ("stall", "thermal_throttle", "memory_pressure")
             out.append(LogCase(f"Darsh/{p.name[:14]}", p, None, faults, slowdown_c=87.0,
@@ -133,7 +138,7 @@ def log_cases(real_telemetry: Path | None, real_gpu: Path | None) -> list[LogCas
         if smi.is_file():
             real = _real_hang(rg / "h100-spin-hang" / "phases_a.jsonl")
             # H100 80GB HBM3: max operating 87 C (its nvidia-smi -q: T.Limit 56 C at 31 C)
-            out.append(LogCase("real-gpu/smi_a.csv", smi, None, KINDS, slowdown_c=87.0,
+            out.append(LogCase("real-gpu/smi_a.csv", smi, None, RECALL_KINDS, slowdown_c=87.0,
                                after_s=100.0, labels=real, max_operating_c=87.0))
     return out
 
@@ -155,7 +160,8 @@ def _real_hang(phases: Path) -> tuple[inject.Label, ...]:
     return (inject.Label("comm_hang", (0,), start, end),)
 
 
-def cases(logs: list[LogCase], subsets: dict[str, tuple[str, ...]] = SUBSETS,
+def cases(logs: list[LogCase],
+          subsets: dict[str, tuple[tuple[str, ...], tuple[str, ...]]] = SUBSETS,
           steps: tuple[float | None, ...] = STEPS, clean: bool = True
           ) -> Iterator[tuple[LogCase, str | None, str, float | None]]:
     """``(log, fault kind or None, subset, step)`` for every combination (None: the
@@ -209,7 +215,7 @@ def _shifted(labels: tuple[inject.Label, ...], at: inject.Label | None
 
 
 def run_case(log: LogCase, kind: str | None, subset: str, step: float | None,
-             rules: Any = None, workdir: Path | None = None) -> Result:
+             rules: RuleSet | None = None, workdir: Path | None = None) -> Result:
     """Write one faulted (or untouched) copy, replay it, score it."""
     from watchdog.detect import load_rules
     from watchdog.pipeline.replay import ReplayOptions, replay_inputs
@@ -268,7 +274,7 @@ def run_case(log: LogCase, kind: str | None, subset: str, step: float | None,
     return res
 
 
-def _deadline(kind: str, inc: Any) -> float:
+def _deadline(kind: str, inc: Incident) -> float:
     if kind == "comm_hang":
         return float(inc.evidence.get("for_s") or 150.0) + HANG_SLACK_S
     if kind == "stall":

@@ -28,7 +28,6 @@ from __future__ import annotations
 import ssl
 import time
 from dataclasses import dataclass
-from typing import Any
 
 from watchdog.errors import InputError
 from watchdog.escape import label, line
@@ -37,9 +36,10 @@ from watchdog.notify import render
 from watchdog.notify.base import Accepted, Alert, Notification, Result
 from watchdog.notify.sinks.common import ca_context, check_keys, positive, post_json, secret
 from watchdog.units import parse_duration
+from watchdog.untyped import JsonDoc
 
 
-def am_alert(a: Alert, now: float | None = None) -> dict[str, Any]:
+def am_alert(a: Alert, now: float | None = None) -> JsonDoc:
     # Alertmanager identifies an alert by its whole label set: the GPU list, which grows
     # while a node-level incident lives, is an annotation, or a GPU joining would leave a
     # stale copy firing until resolve_timeout.
@@ -68,14 +68,14 @@ def am_alert(a: Alert, now: float | None = None) -> dict[str, Any]:
     # capped at the wall clock (a real node's never are)
     wall = time.time()
     start = a.fired_at or a.started_at
-    out: dict[str, Any] = {"labels": labels, "annotations": ann,
+    out: JsonDoc = {"labels": labels, "annotations": ann,
                            "startsAt": iso(min(start, wall) if start is not None else None)}
     if a.status == "resolved":
         out["endsAt"] = iso(min(a.resolved_at, wall) if a.resolved_at is not None else None)
     return out
 
 
-def test_alert(n: Notification) -> dict[str, Any]:
+def test_alert(n: Notification) -> JsonDoc:
     """``watchdog alerts test``: one alert ``WatchdogTest`` (severity ``info``) that starts
     and ends now. Alertmanager checks and stores it like any alert (so the URL, the token
     and the API version are all tried), and notifies nobody: an alert resolved before it
@@ -101,7 +101,7 @@ class AlertmanagerSink:
     resend_interval: float | None = 60.0
     ssl_context: ssl.SSLContext | None = None
 
-    def send(self, n: Notification, memory: dict[str, Any]) -> Result:
+    def send(self, n: Notification, memory: JsonDoc) -> Result:
         if n.reason == "test":
             return post_json(self.url.rstrip("/") + "/api/v2/alerts", [test_alert(n)],
                              self.headers, self.timeout, memory, self.ssl_context)
@@ -115,7 +115,7 @@ class AlertmanagerSink:
         return None
 
 
-def from_config(name: str, options: dict[str, Any], where: str) -> AlertmanagerSink:
+def from_config(name: str, options: JsonDoc, where: str) -> AlertmanagerSink:
     check_keys(options, {"url", "timeout", "resend_interval", "token_env", "token_file",
                          "ca_file"}, where)
     url = options.get("url")

@@ -16,18 +16,21 @@ import re
 import ssl
 import time
 import urllib.parse
+from collections.abc import Mapping
 from email.utils import parsedate_to_datetime
+from http.client import HTTPMessage
 from pathlib import Path
-from typing import Any
+from typing import overload
 
 from watchdog.errors import InputError
 from watchdog.logs import redact, register_secret
 from watchdog.notify import http
 from watchdog.notify.base import Accepted, Failed, Result, Retry
 from watchdog.notify.http import HttpFailure, redirect_message
+from watchdog.untyped import Json, JsonDoc
 
 
-def secret(options: dict[str, Any], key: str, where: str, *, required: bool = True) -> str | None:
+def secret(options: JsonDoc, key: str, where: str, *, required: bool = True) -> str | None:
     """``KEY_env: NAME`` or ``KEY_file: PATH`` -> the secret (never printed; never inline)."""
     if key in options:
         raise InputError(f"{where}.{key}: secrets never go in the config: use {key}_env "
@@ -83,7 +86,11 @@ def keep_secret(value: str) -> None:
         register_secret(parts.path + (f"?{parts.query}" if parts.query else ""))
 
 
-def positive(options: dict[str, Any], key: str, default: float | None,
+@overload
+def positive(options: JsonDoc, key: str, default: float, where: str) -> float: ...
+@overload
+def positive(options: JsonDoc, key: str, default: None, where: str) -> float | None: ...
+def positive(options: JsonDoc, key: str, default: float | None,
              where: str) -> float | None:
     """A positive number option (``timeout: 10``, seconds), or a one-line InputError."""
     v = options.get(key, default)
@@ -94,7 +101,7 @@ def positive(options: dict[str, Any], key: str, default: float | None,
     return float(v)
 
 
-def check_keys(options: dict[str, Any], allowed: set[str], where: str) -> None:
+def check_keys(options: JsonDoc, allowed: set[str], where: str) -> None:
     unknown = sorted(set(options) - allowed)
     if unknown:
         raise InputError(f"{where}.{unknown[0]}: unknown option (known: "
@@ -126,7 +133,7 @@ def clean(text: str) -> str:
     return redact(text)
 
 
-def ca_file(options: dict[str, Any], where: str) -> str | None:
+def ca_file(options: JsonDoc, where: str) -> str | None:
     """``ca_file:`` (a private CA's certificate, PEM), checked to be a file."""
     ca = options.get("ca_file")
     if ca is None:
@@ -137,7 +144,7 @@ def ca_file(options: dict[str, Any], where: str) -> str | None:
     return str(path)
 
 
-def ca_context(options: dict[str, Any], where: str) -> ssl.SSLContext | None:
+def ca_context(options: JsonDoc, where: str) -> ssl.SSLContext | None:
     """The TLS context for ``ca_file:`` (a relay or receiver with a private CA), or None
     (the system's CAs)."""
     path = ca_file(options, where)
@@ -151,7 +158,7 @@ def ca_context(options: dict[str, Any], where: str) -> ssl.SSLContext | None:
 
 
 def failure_result(e: HttpFailure, what: str = "",
-                   memory: dict[str, Any] | None = None) -> Result:
+                   memory: JsonDoc | None = None) -> Retry | Failed:
     """A request that got no usable reply: worth retrying (DNS, refused, TLS, deadline,
     reset, a reply too large), except a redirect (never followed) and a URL that cannot
     work as written: those are undeliverable until the config changes."""
@@ -161,7 +168,8 @@ def failure_result(e: HttpFailure, what: str = "",
     return Retry(text, None, memory or {})
 
 
-def by_status(status: int, body: str, headers: Any, memory: dict[str, Any] | None = None,
+def by_status(status: int, body: str, headers: HTTPMessage | Mapping[str, str] | None,
+              memory: JsonDoc | None = None,
               what: str = "", url: str = "") -> Result:
     """2xx Accepted; 3xx Failed (redirects are never followed: the message names the
     Location's host only); 429 / 5xx / 408 / 425 Retry (honouring Retry-After); other 4xx
@@ -178,8 +186,8 @@ def by_status(status: int, body: str, headers: Any, memory: dict[str, Any] | Non
     return Failed(text, mem)
 
 
-def post_json(url: str, payload: Any, headers: dict[str, str], timeout: float,
-              memory: dict[str, Any] | None = None,
+def post_json(url: str, payload: Json, headers: dict[str, str], timeout: float,
+              memory: JsonDoc | None = None,
               ssl_context: ssl.SSLContext | None = None) -> Result:
     """POST ``payload`` through the guarded request (``timeout``: its one deadline); the
     reply mapped by :func:`by_status` (a 3xx is Failed, never followed); no usable reply

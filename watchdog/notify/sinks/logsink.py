@@ -5,11 +5,11 @@ from __future__ import annotations
 
 import logging
 from dataclasses import dataclass
-from typing import Any
 
 from watchdog.notify import render
 from watchdog.notify.base import Accepted, Notification, Result
 from watchdog.notify.sinks.common import check_keys
+from watchdog.untyped import JsonDoc
 
 log = logging.getLogger("watchdog.notify.log")
 
@@ -21,7 +21,7 @@ class LogSink:
     rate_per_s: float | None = None
     resend_interval: float | None = None
 
-    def send(self, n: Notification, memory: dict[str, Any]) -> Result:
+    def send(self, n: Notification, memory: JsonDoc) -> Result:
         log.warning("notification %s (%s, group %s): %s", n.id[:8], n.reason, n.group_key,
                     render.title(n))
         return Accepted({"sent": int(memory.get("sent", 0)) + 1}, "written to the agent's log")
@@ -30,6 +30,6 @@ class LogSink:
         return None
 
 
-def from_config(name: str, options: dict[str, Any], where: str) -> LogSink:
+def from_config(name: str, options: JsonDoc, where: str) -> LogSink:
     check_keys(options, set(), where)
     return LogSink(name)

@@ -29,7 +29,7 @@ from __future__ import annotations
 
 import ssl
 from dataclasses import dataclass, replace
-from typing import Any
+from typing import TYPE_CHECKING
 
 from watchdog.errors import InputError
 from watchdog.escape import line
@@ -44,17 +44,22 @@ from watchdog.notify.sinks.common import (
     retry_after,
     secret,
 )
+from watchdog.untyped import JsonDoc
+
+if TYPE_CHECKING:
+    import httpx2
+    from pagerduty import EventsApiV2Client
 
 SEVERITY = {"critical": "critical", "warning": "warning", "info": "info"}
 
 
 class _RateLimited(Exception):
-    def __init__(self, response: Any) -> None:
+    def __init__(self, response: httpx2.Response) -> None:
         super().__init__("429")
         self.response = response
 
 
-def transport(deadline_s: float, ssl_context: ssl.SSLContext | None) -> Any:
+def transport(deadline_s: float, ssl_context: ssl.SSLContext | None) -> httpx2.BaseTransport:
     """An ``httpx2`` transport sending each request through the guarded request. A 3xx is
     raised as a transport error caused by HttpFailure("redirect") (so no client follows
     it), every HttpFailure as the matching ``httpx2`` exception with the failure as its
@@ -69,7 +74,7 @@ def transport(deadline_s: float, ssl_context: ssl.SSLContext | None) -> Any:
     drop = {b"accept-encoding", b"connection", b"content-length"}
 
     class GuardedTransport(httpx2.BaseTransport):
-        def handle_request(self, request: Any) -> Any:
+        def handle_request(self, request: httpx2.Request) -> httpx2.Response:
             headers = [(k.decode("latin-1"), v.decode("latin-1"))
                        for k, v in request.headers.raw if k.lower() not in drop]
             url = str(request.url)
@@ -90,11 +95,11 @@ def transport(deadline_s: float, ssl_context: ssl.SSLContext | None) -> Any:
 
 
 def _client(routing_key: str, url: str | None, timeout: float,
-            ssl_context: ssl.SSLContext | None) -> Any:
+            ssl_context: ssl.SSLContext | None) -> EventsApiV2Client:
     from pagerduty import EventsApiV2Client
 
-    class Client(EventsApiV2Client):  # type: ignore[misc]
-        def postprocess(self, response: Any) -> None:  # called on every reply
+    class Client(EventsApiV2Client):
+        def postprocess(self, response: httpx2.Response) -> None:  # called on every reply
             if response.status_code == 429:
                 raise _RateLimited(response)
 
@@ -102,15 +107,16 @@ def _client(routing_key: str, url: str | None, timeout: float,
                trust_env=False)
     c.retry = {}
     c.max_network_attempts = 0
-    c.timeout = timeout
+    c.timeout = timeout  # type: ignore[assignment]  # typed int there; httpx2 takes float s
     return c
 
 
-def payload(a: Alert, now: float | None = None) -> dict[str, Any]:
+def payload(a: Alert, now: float | None = None) -> JsonDoc:
     """The event's payload: what the on-call person sees in PagerDuty."""
     summary = line(a.summary)
-    details = {"summary": summary, "gpus": list(a.gpus), "uuids": [line(u) for u in a.uuids],
-               "rule": a.rule, "evidence": render.evidence(a) or "", "values": a.evidence}
+    details: JsonDoc = {
+        "summary": summary, "gpus": list(a.gpus), "uuids": [line(u) for u in a.uuids],
+        "rule": a.rule, "evidence": render.evidence(a) or "", "values": a.evidence}
     if a.job_id:
         details["job"] = line(a.job_id)
         details["node"] = line(a.host)
@@ -125,12 +131,12 @@ def payload(a: Alert, now: float | None = None) -> dict[str, Any]:
 @dataclass
 class PagerDutySink:
     name: str
-    client: Any
+    client: EventsApiV2Client
     type: str = "pagerduty"
     rate_per_s: float | None = 2.0  # 120 events per minute per routing key
     resend_interval: float | None = None
 
-    def send(self, n: Notification, memory: dict[str, Any]) -> Result:
+    def send(self, n: Notification, memory: JsonDoc) -> Result:
         if n.reason in ("repeat", "refresh"):
             return Accepted(memory)
         mem = dict(memory)
@@ -158,7 +164,7 @@ class PagerDutySink:
         mem.update(last=last, done=done, done_for=n.id)
         return Accepted(mem)
 
-    def _own(self, n: Notification, mem: dict[str, Any], done: list[str]) -> Result:
+    def _own(self, n: Notification, mem: JsonDoc, done: list[str]) -> Result:
         """The agent's own message: ``meta`` one trigger (the agent's trouble stays open
         until someone looks); ``test`` a trigger then its resolve (same dedup_key), both
         needed for Accepted, so a test leaves no incident open."""
@@ -208,7 +214,7 @@ def _failure_of(e: BaseException) -> http.HttpFailure | None:
     return None
 
 
-def _pd_error(e: Exception, memory: dict[str, Any]) -> Result:
+def _pd_error(e: Exception, memory: JsonDoc) -> Retry | Failed:
     from pagerduty.errors import Error, HttpError
 
     failure = _failure_of(e)
@@ -217,7 +223,7 @@ def _pd_error(e: Exception, memory: dict[str, Any]) -> Result:
     if isinstance(e, _RateLimited):
         return Retry("pagerduty: rate limited (429)",
                      retry_after(e.response.headers.get("Retry-After")), memory)
-    if isinstance(e, HttpError):
+    if isinstance(e, HttpError) and e.response is not None:
         status = e.response.status_code
         body = clean(e.response.text)[:200]
         if status >= 500 or status in (408, 429):
@@ -229,7 +235,7 @@ def _pd_error(e: Exception, memory: dict[str, Any]) -> Result:
     return Retry(clean(f"pagerduty: {type(e).__name__}: {e}"), None, memory)
 
 
-def from_config(name: str, options: dict[str, Any], where: str) -> PagerDutySink:
+def from_config(name: str, options: JsonDoc, where: str) -> PagerDutySink:
     check_keys(options, {"routing_key", "routing_key_env", "routing_key_file", "url",
                          "timeout", "ca_file"}, where)
     key = secret(options, "routing_key", where)

@@ -29,10 +29,12 @@ from __future__ import annotations
 
 import functools
 import io
+import ssl
 import time
 import urllib.error
+import urllib.request
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Protocol
 
 from watchdog.errors import InputError
 from watchdog.escape import line, slack
@@ -48,6 +50,11 @@ from watchdog.notify.sinks.common import (
     retry_after,
     secret,
 )
+from watchdog.untyped import JsonDoc
+
+if TYPE_CHECKING:
+    from slack_sdk import WebClient
+    from slack_sdk.webhook import WebhookClient
 
 MAX_BLOCKS = 50
 SECTION_MAX = 3000
@@ -64,13 +71,13 @@ def _cut(text: str, limit: int) -> str:
     return text if len(text) <= limit else text[: limit - 1] + "…"
 
 
-def mrkdwn(text: str) -> dict[str, Any]:
+def mrkdwn(text: str) -> JsonDoc:
     """A ``mrkdwn`` text object (already escaped) that Slack takes as written: no bare URL,
     channel name or mention is made a link (``verbatim``)."""
     return {"type": "mrkdwn", "text": _cut(text, SECTION_MAX), "verbatim": True}
 
 
-def alert_block(a: Alert, now: float, headline: bool = True) -> dict[str, Any]:
+def alert_block(a: Alert, now: float, headline: bool = True) -> JsonDoc:
     """One alert as a section: bold headline (left out when the message's header already
     says it), the summary, then the numbers in italics."""
     icon = ":white_check_mark:" if a.status == "resolved" else _ICON.get(a.severity, "")
@@ -82,7 +89,7 @@ def alert_block(a: Alert, now: float, headline: bool = True) -> dict[str, Any]:
     return {"type": "section", "text": mrkdwn("\n".join(lines))}
 
 
-def context_block(a: Alert) -> dict[str, Any]:
+def context_block(a: Alert) -> JsonDoc:
     """Small print: GPU UUIDs, job, runbook, times."""
     bits = []
     if a.uuids:
@@ -106,7 +113,7 @@ def _link_target(url: str) -> str:
                    for c in url)
 
 
-def render_blocks(n: Notification, now: float | None = None) -> dict[str, Any]:
+def render_blocks(n: Notification, now: float | None = None) -> JsonDoc:
     """Block Kit for ``n``: ``{"text": fallback, "blocks": [...]}`` within Slack's limits."""
     now = n.created_at if now is None else now
     if n.reason in ("meta", "test"):
@@ -115,7 +122,7 @@ def render_blocks(n: Notification, now: float | None = None) -> dict[str, Any]:
         return {"text": _cut(text, SECTION_MAX), "blocks": [
             {"type": "section", "text": mrkdwn(text)}]}
     title = line(render.title(n, now))
-    blocks: list[dict[str, Any]] = [
+    blocks: list[JsonDoc] = [
         {"type": "header", "text": {"type": "plain_text", "text": _cut(title, HEADER_MAX),
                                     "emoji": False}}]
     shown = n.alerts[: (MAX_BLOCKS - 2) // 3]
@@ -138,40 +145,56 @@ def change_text(n: Notification, now: float) -> str:
     return "\n".join(slack(render.headline(a, now)) for a in changed)
 
 
+class Guarded(Protocol):
+    """What the guarded transport reads of a slack-sdk client (:func:`_clients`)."""
+
+    deadline_s: float
+    ssl: ssl.SSLContext | None
+    proxy: str | None
+
+
 @dataclass
 class SlackSink:
     name: str
     channel: str | None
-    client: Any  # slack_sdk.WebClient (bot) or slack_sdk.webhook.WebhookClient
+    client: WebClient | WebhookClient  # bot, or an incoming webhook (both guarded)
     type: str = "slack"
     rate_per_s: float | None = 1.0
     resend_interval: float | None = None
 
-    def send(self, n: Notification, memory: dict[str, Any]) -> Result:
+    def send(self, n: Notification, memory: JsonDoc) -> Result:
         now = n.created_at
         msg = render_blocks(n, now)
         if self.channel is None:
             return self._webhook(msg)
+        from slack_sdk import WebClient
+
+        client = self.client
+        assert isinstance(client, WebClient)  # a bot token's sink (a channel given)
         mem = dict(memory)
         try:
             if n.reason in ("meta", "test") or "ts" not in mem:
-                r = self.client.chat_postMessage(channel=self.channel, **msg)
+                r = client.chat_postMessage(channel=self.channel, **msg)
                 if n.reason not in ("meta", "test"):
                     mem.update(channel=r["channel"], ts=r["ts"])
-                return Accepted(mem, line(f"ok from {http.host_of(self.client.base_url)} "
+                return Accepted(mem, line(f"ok from {http.host_of(client.base_url)} "
                                           f"(channel {r.get('channel')}, ts {r.get('ts')})"))
             if mem.get("updated_for") != n.id:
-                self.client.chat_update(channel=mem["channel"], ts=mem["ts"], **msg)
+                client.chat_update(channel=mem["channel"], ts=mem["ts"], **msg)
                 mem["updated_for"] = n.id
-            self.client.chat_postMessage(channel=mem["channel"], thread_ts=mem["ts"],
+            client.chat_postMessage(channel=mem["channel"], thread_ts=mem["ts"],
                                          text=_cut(change_text(n, now), SECTION_MAX))
             return Accepted(mem)
         except Exception as e:  # noqa: BLE001 - mapped onto Retry/Failed below
             return _slack_error(e, mem)
 
-    def _webhook(self, msg: dict[str, Any]) -> Result:
+    def _webhook(self, msg: JsonDoc) -> Result:
+        from slack_sdk.webhook import WebhookClient
+
+        client = self.client
+        assert isinstance(client, WebhookClient)  # an incoming webhook's sink
         try:
-            r = self.client.send(text=msg["text"], blocks=msg["blocks"])
+            r = client.send(text=msg["text"], blocks=msg["blocks"])
         except http.HttpFailure as e:
             return failure_result(e, "slack webhook: ")
         except Exception as e:  # noqa: BLE001 - anything else the client raises
@@ -185,7 +208,7 @@ class SlackSink:
         return None
 
 
-def _slack_error(e: Exception, memory: dict[str, Any]) -> Result:
+def _slack_error(e: Exception, memory: JsonDoc) -> Result:
     from slack_sdk.errors import SlackApiError
 
     if isinstance(e, http.HttpFailure):
@@ -205,12 +228,15 @@ def _slack_error(e: Exception, memory: dict[str, Any]) -> Result:
 
 
 # --- the transport -----------------------------------------------------------------------
-def _guarded(client: Any, url: str, req: Any) -> tuple[http.Reply, str]:
+def _guarded(client: Guarded, url: str, req: urllib.request.Request
+             ) -> tuple[http.Reply, str]:
     """``req`` (the urllib Request slack-sdk built) through the guarded request: the reply
     and its body as text. A 3xx raises HttpFailure("redirect") (never followed; not an
     OSError, so no retry handler would retry it), another non-2xx urllib's HTTPError, which
     is what slack-sdk expects from urlopen (it then reads the status, headers and body)."""
-    r = http.request(req.get_method(), url, req.data, req.header_items(),
+    data = req.data
+    assert data is None or isinstance(data, bytes)  # slack-sdk sends its body as bytes
+    r = http.request(req.get_method(), url, data, req.header_items(),
                      deadline_s=client.deadline_s, ssl_context=client.ssl, proxy=client.proxy)
     if 300 <= r.status < 400:
         raise http.HttpFailure("redirect", http.redirect_message(r.status,
@@ -233,24 +259,27 @@ def _clients() -> tuple[type, type]:
     from slack_sdk import WebClient
     from slack_sdk.webhook import WebhookClient, WebhookResponse
 
-    class GuardedWebClient(WebClient):  # type: ignore[misc]
+    class GuardedWebClient(WebClient):
         deadline_s = 10.0
 
-        def _perform_urllib_http_request_internal(self, url: str, req: Any) -> dict[str, Any]:
+        def _perform_urllib_http_request_internal(self, url: str,
+                                                  req: urllib.request.Request) -> JsonDoc:
             r, text = _guarded(self, url, req)
             return {"status": r.status, "headers": r.headers, "body": text}
 
-    class GuardedWebhookClient(WebhookClient):  # type: ignore[misc]
+    class GuardedWebhookClient(WebhookClient):
         deadline_s = 10.0
 
-        def _perform_http_request_internal(self, url: str, req: Any) -> Any:
+        def _perform_http_request_internal(self, url: str,
+                                           req: urllib.request.Request) -> WebhookResponse:
             r, text = _guarded(self, url, req)
-            return WebhookResponse(url=url, status_code=r.status, body=text, headers=r.headers)
+            return WebhookResponse(url=url, status_code=r.status, body=text,
+                                   headers=dict(r.headers.items()))
 
     return GuardedWebClient, GuardedWebhookClient
 
 
-def from_config(name: str, options: dict[str, Any], where: str) -> SlackSink:
+def from_config(name: str, options: JsonDoc, where: str) -> SlackSink:
     check_keys(options, {"token", "token_env", "token_file", "channel", "webhook_url",
                          "webhook_url_env", "webhook_url_file", "api_url", "timeout",
                          "ca_file"}, where)
@@ -258,7 +287,7 @@ def from_config(name: str, options: dict[str, Any], where: str) -> SlackSink:
     ctx = ca_context(options, where)
     web_client, webhook_client = _clients()
     # no retry handlers: the outbox retries (in order, with backoff, honouring Retry-After)
-    common = {"timeout": max(1, round(deadline)), "ssl": ctx, "retry_handlers": []}
+    common: JsonDoc = {"timeout": max(1, round(deadline)), "ssl": ctx, "retry_handlers": []}
     if options.get("webhook_url_env") or options.get("webhook_url_file"):
         if options.get("channel") or options.get("token_env") or options.get("token_file"):
             raise InputError(f"{where}: an incoming webhook posts to its own channel: give "

@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import ssl
 from dataclasses import dataclass
-from typing import Any
 
 from watchdog.errors import InputError
 from watchdog.notify import render
@@ -35,9 +34,10 @@ from watchdog.notify.sinks.common import (
     post_json,
     secret,
 )
+from watchdog.untyped import JsonDoc
 
 
-def body(n: Notification, receiver: str = "webhook") -> dict[str, Any]:
+def body(n: Notification, receiver: str = "webhook") -> JsonDoc:
     firing = any(a.status == "firing" for a in n.alerts)
     alerts = []
     for a in n.alerts:
@@ -72,7 +72,7 @@ class WebhookSink:
     resend_interval: float | None = None
     ssl_context: ssl.SSLContext | None = None
 
-    def send(self, n: Notification, memory: dict[str, Any]) -> Result:
+    def send(self, n: Notification, memory: JsonDoc) -> Result:
         return post_json(self.url, body(n, self.name), self.headers, self.timeout, memory,
                          self.ssl_context)
 
@@ -80,7 +80,7 @@ class WebhookSink:
         return None
 
 
-def from_config(name: str, options: dict[str, Any], where: str) -> WebhookSink:
+def from_config(name: str, options: JsonDoc, where: str) -> WebhookSink:
     check_keys(options, {"url", "url_env", "url_file", "token_env", "token_file", "timeout",
                          "rate_per_s", "ca_file"}, where)
     url = options.get("url") or secret(options, "url", where)

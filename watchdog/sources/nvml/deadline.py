@@ -15,7 +15,7 @@ import queue
 import threading
 import time
 from collections.abc import Callable
-from typing import Any
+from typing import TypeVar, cast
 
 
 class Wedged(Exception):
@@ -27,15 +27,18 @@ class Wedged(Exception):
         self.seconds = seconds
 
 
+T = TypeVar("T")
+
+
 class Job:
     """One unit of work submitted to a lane and its outcome."""
 
     __slots__ = ("done", "error", "fn", "result")
 
-    def __init__(self, fn: Callable[[], Any]) -> None:
+    def __init__(self, fn: Callable[[], object]) -> None:
         self.fn = fn
         self.done = threading.Event()
-        self.result: Any = None
+        self.result: object = None
         self.error: BaseException | None = None
 
 
@@ -60,7 +63,7 @@ class Lane:
         """Called on the lane thread just before an NVML call starts."""
         self.inflight = (call, time.monotonic())
 
-    def submit(self, fn: Callable[[], Any]) -> Job:
+    def submit(self, fn: Callable[[], object]) -> Job:
         job = Job(fn)
         with self._lock:
             self._pending += 1
@@ -68,11 +71,11 @@ class Lane:
         self._q.put(job)
         return job
 
-    def run(self, fn: Callable[[], Any], timeout: float) -> Any:
+    def run(self, fn: Callable[[], T], timeout: float) -> T:
         """Submit ``fn`` and wait for it under the per-call deadline."""
-        return self.wait(self.submit(fn), timeout)
+        return cast(T, self.wait(self.submit(fn), timeout))  # what fn returned
 
-    def wait(self, job: Job, timeout: float) -> Any:
+    def wait(self, job: Job, timeout: float) -> object:
         """The job's result; re-raises its exception; ``Wedged`` if one call overran."""
         while True:
             call, started = self.inflight

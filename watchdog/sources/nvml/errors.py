@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import logging
 import threading
-from typing import Any
 
 from watchdog.errors import SourceUnavailable
 
@@ -61,7 +60,7 @@ class GpuLost(Exception):
     """Raised inside a device read when NVML reports the GPU lost."""
 
 
-def text(value: Any) -> str | None:
+def text(value: object) -> str | None:
     """A string from a binding result: older nvidia-ml-py returns bytes, newer str."""
     if value is None:
         return None
@@ -109,8 +108,8 @@ class OnceLog:
         if not new:
             return None
         by_gpus: dict[tuple[int, ...], list[str]] = {}
-        for field, gpus in new.items():
-            by_gpus.setdefault(tuple(sorted(gpus)), []).append(field)
+        for field, found_on in new.items():
+            by_gpus.setdefault(tuple(sorted(found_on)), []).append(field)
         parts = []
         for gpus, fields in sorted(by_gpus.items(), key=lambda kv: (-len(kv[0]), kv[0])):
             parts.append(f"{_fields(fields)} on {gpu_words(gpus)}")

@@ -12,32 +12,34 @@ values arrive a tick after start (and a tick after a failed sample) as before.
 
 from __future__ import annotations
 
-from typing import Any, Protocol
+from typing import Protocol
+
+from watchdog import catalogue
+from watchdog.sources.nvml.binding import NvmlObject
+from watchdog.sources.nvml.deadline import Lane
 
 
 class DeviceReader(Protocol):
     """What GPM sampling needs of :class:`watchdog.sources.nvml.reader.DeviceReader` (a
     Protocol, so this module does not import the reader that imports it)."""
 
-    nv: Any  # the nvidia-ml-py module
-    runs_on: Any  # the lane its calls run on (deadlines)
+    nv: NvmlObject  # the nvidia-ml-py module
+    runs_on: Lane  # the lane its calls run on (deadlines)
 
-    def call(self, group: str, fn: str, *args: Any) -> Any: ...
+    def call(self, field: str, name: str, *args: object, **kwargs: object) -> NvmlObject: ...
 
-    def classify(self, group: str, fn: str, e: BaseException) -> Any: ...
+    def classify(self, field: str, name: str, e: BaseException) -> None: ...
 
 
-# NVML_GPM_METRIC_* id -> catalogue name (all in percent)
-METRICS: tuple[tuple[int, str], ...] = (
-    (2, "gpm.sm_activity"), (3, "gpm.sm_occupancy"), (5, "gpm.tensor_activity"),
-    (10, "gpm.dram_bandwidth"),
-)
+# NVML_GPM_METRIC_* id -> catalogue name: the catalogue's GPM entries
+METRICS: tuple[tuple[int, str], ...] = tuple(
+    (m.nvml.id, m.name) for m in catalogue.METRICS if isinstance(m.nvml, catalogue.Gpm))
 
 
 class GpmState:
     """The previous/current GPM sample buffers of one GPU."""
 
-    def __init__(self, nv: Any, prev: Any, cur: Any) -> None:
+    def __init__(self, nv: NvmlObject, prev: NvmlObject, cur: NvmlObject) -> None:
         self.nv = nv
         self.prev = prev
         self.cur = cur

@@ -6,18 +6,17 @@ wedged call is bounded like any other. Units: W (NVML gives mW), MiB, MHz, degre
 
 from __future__ import annotations
 
-from typing import Any
-
 from watchdog.records import DeviceInfo
+from watchdog.sources.nvml.binding import NvmlObject
 from watchdog.sources.nvml.errors import text
 from watchdog.sources.nvml.reader import DeviceReader, MiB
 
 
-def _w(mw: Any) -> float | None:
+def _w(mw: NvmlObject) -> float | None:
     return None if mw is None else float(mw) / 1000.0
 
 
-def _f(x: Any) -> float | None:
+def _f(x: NvmlObject) -> float | None:
     return None if x is None else float(x)
 
 

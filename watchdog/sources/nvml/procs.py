@@ -189,12 +189,13 @@ def slurm_identity(pid: int, environ: bytes | None, cg_job: str | None
     if env_run is not None and not _DIGITS.match(env_run):
         notes.append(f"SLURM_RESTART_COUNT {env_run[:40]!r} is not a number")
         env_run = None
+    job: str | None = cg_job
+    job_from: str | None = "cgroup"
     if cg_job is not None:
         if env_job is not None and env_job != cg_job:
             notes.append(f"SLURM_JOB_ID {env_job} is not its cgroup's job {cg_job}")
             env_run = None
-        job, job_from = cg_job, "cgroup"
     else:
-        job, job_from = env_job, "environ" if env_job is not None else None
+        job, job_from = env_job, ("environ" if env_job is not None else None)
     note = f"pid {pid}: {'; '.join(notes)}: dropped" if notes else None
     return job, env_run, job_from, note

@@ -3,22 +3,28 @@
 :class:`DeviceReader` wraps each call (``call``) so the lane knows which call is in
 flight (for the deadline), NotSupported-style errors become ``None`` (logged once),
 a lost GPU aborts the read (:class:`GpuLost`) and other errors are kept as one-line
-strings for the sample. Unit conversions to the catalogue (``watchdog.catalogue``):
-mW -> W, bytes -> MiB, mJ -> J, ns -> s.
+strings for the sample.
 
-Batched: ECC totals, retired-pages-pending, remapped rows, PCIe replays, memory
-temperature, energy and the NVLink error totals (all links) come from
-``nvmlDeviceGetFieldValues``, each field with its own status: one call every tick for the
-urgent ones (``FIELDS``), one with the slow group for the counters (``SLOW_FIELDS``).
+What to call is the catalogue's (:mod:`watchdog.catalogue`): every metric whose entry is a
+:class:`~watchdog.catalogue.Call` or a :class:`~watchdog.catalogue.Field` is read from that
+entry alone, scaled to the catalogue's unit (mW -> W, bytes -> MiB, mJ -> J, ns -> s), so
+a new NVML metric is one catalogue entry. Metrics of one call share it (the utilization
+pair, the memory pair); field values come in one ``nvmlDeviceGetFieldValues`` call per
+group, each field with its own status. Two groups: every tick (what the rules need now),
+and the slow group (``slow=True``: counters and settings, carried forward between
+reads). This module reads the rest itself: the retired pages (two calls, counted), the
+running processes (and whether one serves), and GPM (:mod:`.gpm`).
 """
 
 from __future__ import annotations
 
 from dataclasses import replace
-from typing import Any
 
+from watchdog import catalogue
+from watchdog.catalogue import Call, Field
 from watchdog.records import ProcessInfo
 from watchdog.serving import serving_value
+from watchdog.sources.nvml.binding import NvmlObject
 from watchdog.sources.nvml.deadline import Lane
 from watchdog.sources.nvml.errors import (
     FUNCTION_NOT_FOUND,
@@ -37,44 +43,49 @@ from watchdog.sources.nvml.procs import describe
 MiB = 1024.0 * 1024.0
 NOT_AVAILABLE_ULL = 0xFFFFFFFFFFFFFFFF
 
-# (field id, catalogue name, scale to catalogue unit). Read every tick: the ecc rule's
-# urgent signals (a new uncorrectable error, pending retirements and remaps, a failed remap)
-# and the memory temperature the thermal rule reports.
-FIELDS: tuple[tuple[int, str, float], ...] = (
-    (4, "ecc.errors.uncorrected.volatile.total", 1.0),
-    (31, "retired_pages.pending", 1.0),
-    (143, "remapped_rows.uncorrectable", 1.0),
-    (144, "remapped_rows.pending", 1.0),
-    (145, "remapped_rows.failure", 1.0),
-    (82, "temperature.memory", 1.0),
-)
-# Read with the slow group: cumulative counters the rules difference over minutes (NVLink
-# errors over 5 min, PCIe replays over 2 min), so a 10 s old reading loses nothing, and
-# counters no rule pages on (corrected and lifetime ECC, correctable remaps, energy).
-SLOW_FIELDS: tuple[tuple[int, str, float], ...] = (
-    (3, "ecc.errors.corrected.volatile.total", 1.0),
-    (6, "ecc.errors.uncorrected.aggregate.total", 1.0),
-    (142, "remapped_rows.correctable", 1.0),
-    (94, "pcie.replay_counter", 1.0),
-    (83, "energy.total", 1e-3),
-    (38, "nvlink.errors.crc_flit", 1.0),
-    (45, "nvlink.errors.crc_data", 1.0),
-    (52, "nvlink.errors.replay", 1.0),
-    (59, "nvlink.errors.recovery", 1.0),
-)
+
+def _calls(slow: bool) -> tuple[tuple[str, Call, tuple[tuple[str, Call], ...]], ...]:
+    """The catalogue's calls of one group, in catalogue order: ``(key, call, metrics)``,
+    one per distinct call; ``key`` names it in logs and in the set of calls a GPU cannot
+    answer (the metric's name, or the common prefix of the metrics sharing the call)."""
+    groups: dict[Call, list[tuple[str, Call]]] = {}
+    for m in catalogue.METRICS:
+        if isinstance(m.nvml, Call) and m.nvml.slow == slow:
+            groups.setdefault(replace(m.nvml, attr=None, scale=1.0), []).append(
+                (m.name, m.nvml))
+    out = []
+    for call, metrics in groups.items():
+        names = [n for n, _ in metrics]
+        key = names[0] if len(names) == 1 else names[0].split(".")[0]
+        out.append((key, call, tuple(metrics)))
+    return tuple(out)
+
+
+def _fields(slow: bool) -> tuple[tuple[int, str, float], ...]:
+    """(field id, catalogue name, scale to the catalogue's unit) of one group."""
+    return tuple((m.nvml.id, m.name, m.nvml.scale) for m in catalogue.METRICS
+                 if isinstance(m.nvml, Field) and m.nvml.slow == slow)
+
+
+CALLS = _calls(slow=False)  # every tick: the rules' signals
+SLOW_CALLS = _calls(slow=True)  # the slow group
+# Every tick: the ecc rule's urgent signals (a new uncorrectable error, pending
+# retirements and remaps, a failed remap) and the memory temperature the thermal rule
+# reports. Slow: cumulative counters the rules difference over minutes (NVLink errors
+# over 5 min, PCIe replays over 2 min), so a 10 s old reading loses nothing, and counters
+# no rule pages on (corrected and lifetime ECC, correctable remaps, energy).
+FIELDS = _fields(slow=False)
+SLOW_FIELDS = _fields(slow=True)
 FIELD_IDS = [f[0] for f in FIELDS]
 SLOW_FIELD_IDS = [f[0] for f in SLOW_FIELDS]
 _UNION_MEMBER = ("dVal", "uiVal", "ulVal", "ullVal", "sllVal", "siVal", "usVal")
-# (policy id, catalogue name): NVML_PERF_POLICY_*
-VIOLATIONS = ((0, "violation.power"), (1, "violation.thermal"), (2, "violation.sync_boost"),
-              (5, "violation.reliability"))
 
 
 class DeviceReader:
     """All reads of GPU ``index``; every method runs on ``runs_on``'s thread (``lane``, the
     GPU's own, or a sweep's)."""
 
-    def __init__(self, nv: Any, index: int, handle: Any, lane: Lane, once: OnceLog,
+    def __init__(self, nv: NvmlObject, index: int, handle: NvmlObject, lane: Lane, once: OnceLog,
                  proc_root: str = "/proc") -> None:
         self.nv = nv
         self.index = index
@@ -96,7 +107,7 @@ class DeviceReader:
         self.slow_values: dict[str, float | None] = {}  # the slow group's last reading
         self.last_procs: tuple[ProcessInfo, ...] | None = None  # the last listing
 
-    def call(self, field: str, name: str, *args: Any, **kwargs: Any) -> Any:
+    def call(self, field: str, name: str, *args: object, **kwargs: object) -> NvmlObject:
         """``pynvml.<name>(handle, *args)``; None when missing; raises GpuLost."""
         if field in self.skip:
             return None
@@ -106,8 +117,8 @@ class DeviceReader:
         except self.nv.NVMLError as e:
             return self.classify(field, name, e)
 
-    def call_or_older(self, field: str, name: str, older: str, *args: Any,
-                      **kwargs: Any) -> Any:
+    def call_or_older(self, field: str, name: str, older: str, *args: object,
+                      **kwargs: object) -> NvmlObject:
         """``call(name)``, or ``call(older)`` when the driver lacks ``name`` (or, for the
         versioned APIs, does not support it): old drivers keep the old entry points."""
         if field in self.skip:
@@ -148,17 +159,8 @@ class DeviceReader:
         forward, unless the last listing failed.
         """
         self.errors = []
-        nv = self.nv
         v: dict[str, float | None] = {}
-        util = self.call("utilization", "nvmlDeviceGetUtilizationRates")
-        v["utilization.gpu"] = float(util.gpu) if util is not None else None
-        v["utilization.memory"] = float(util.memory) if util is not None else None
-        self._memory(v)
-        v["power.draw"] = _scaled(self.call("power.draw", "nvmlDeviceGetPowerUsage"), 1e-3)
-        v["temperature.gpu"] = _scaled(self.call(
-            "temperature.gpu", "nvmlDeviceGetTemperature", nv.NVML_TEMPERATURE_GPU), 1.0)
-        v["clocks.sm"] = _scaled(self.call("clocks.sm", "nvmlDeviceGetClockInfo", 1), 1.0)
-        v["clocks_event_reasons.active"] = self._reasons()
+        self._calls(v, CALLS)
         if slow or not self.slow_values:
             self.slow_values = self._slow()
         v.update(self.slow_values)
@@ -174,7 +176,7 @@ class DeviceReader:
         return v, self.last_procs
 
     def _slow(self) -> dict[str, float | None]:
-        """The slow group: 16 calls no rule needs every tick, read on their own schedule.
+        """The slow group: the calls no rule needs every tick, read on their own schedule.
 
         Violation times (cumulative ns counters: a later read loses nothing), retired-page
         counts (cumulative; the ecc rule's urgent signals, pending retirements and remaps,
@@ -182,46 +184,31 @@ class DeviceReader:
         the driver that blocks about 8 ms per call on an H100, two calls per GPU), the
         enforced power limit (changed only by an operator or a power-capping policy; the
         rules compare power to it over windows of tens of seconds), the fan speed and the
-        graphics clock (no rule reads them; ``clocks.sm`` is read every tick).
+        graphics and memory clocks (no rule reads them; ``clocks.sm`` is read every tick).
         """
-        nv = self.nv
         v: dict[str, float | None] = {}
-        v["enforced.power.limit"] = _scaled(
-            self.call("enforced.power.limit", "nvmlDeviceGetEnforcedPowerLimit"), 1e-3)
-        v["fan.speed"] = _scaled(self.call("fan.speed", "nvmlDeviceGetFanSpeed"), 1.0)
-        v["clocks.gr"] = _scaled(self.call("clocks.gr", "nvmlDeviceGetClockInfo", 0), 1.0)
-        v["clocks.mem"] = _scaled(self.call("clocks.mem", "nvmlDeviceGetClockInfo", 2), 1.0)
-        v["pstate"] = _scaled(self.call("pstate", "nvmlDeviceGetPerformanceState"), 1.0)
-        v["pcie.link.gen.current"] = _scaled(
-            self.call("pcie.link.gen.current", "nvmlDeviceGetCurrPcieLinkGeneration"), 1.0)
-        v["pcie.link.width.current"] = _scaled(
-            self.call("pcie.link.width.current", "nvmlDeviceGetCurrPcieLinkWidth"), 1.0)
-        for policy, name in VIOLATIONS:
-            t = self.call(name, "nvmlDeviceGetViolationStatus", policy)
-            v[name] = t.violationTime * 1e-9 if t is not None else None
+        self._calls(v, SLOW_CALLS)
         v["retired_pages.count"] = self._retired_pages()
-        v["pcie.tx_throughput"] = _scaled(self.call(
-            "pcie.tx_throughput", "nvmlDeviceGetPcieThroughput", nv.NVML_PCIE_UTIL_TX_BYTES), 1.0)
-        v["pcie.rx_throughput"] = _scaled(self.call(
-            "pcie.rx_throughput", "nvmlDeviceGetPcieThroughput", nv.NVML_PCIE_UTIL_RX_BYTES), 1.0)
         self._fields(v, "field_values.slow", SLOW_FIELDS, SLOW_FIELD_IDS)
         return v
 
-    def _memory(self, v: dict[str, float | None]) -> None:
-        # v2 (driver 510+) reports used memory without the driver's reserved share
-        try:
-            mem = self.call_or_older("memory", "nvmlDeviceGetMemoryInfo",
-                                     "nvmlDeviceGetMemoryInfo", version=self.nv.nvmlMemory_v2)
-        except TypeError:  # gpustat, if imported, patches this binding to take no version
-            mem = self.call("memory", "nvmlDeviceGetMemoryInfo")
-        v["memory.used"] = mem.used / MiB if mem is not None else None
-        v["memory.total"] = mem.total / MiB if mem is not None else None
-
-    def _reasons(self) -> float | None:
-        # drivers before 535 only know the old "throttle reasons" name
-        return _scaled(self.call_or_older(
-            "clocks_event_reasons", "nvmlDeviceGetCurrentClocksEventReasons",
-            "nvmlDeviceGetCurrentClocksThrottleReasons"), 1.0)
+    def _calls(self, v: dict[str, float | None],
+               calls: tuple[tuple[str, Call, tuple[tuple[str, Call], ...]], ...]) -> None:
+        """Make each of ``calls`` once and put its metrics, scaled, into ``v``."""
+        nv = self.nv
+        for key, call, metrics in calls:
+            args = tuple(getattr(nv, a) if isinstance(a, str) else a for a in call.args)
+            kwargs = {k: getattr(nv, c) for k, c in call.kwargs}
+            if call.older is None:
+                got = self.call(key, call.fn, *args, **kwargs)
+            else:
+                try:
+                    got = self.call_or_older(key, call.fn, call.older, *args, **kwargs)
+                except TypeError:  # gpustat, if imported, patches this binding: no version
+                    got = self.call(key, call.fn, *args)
+            for name, m in metrics:
+                x = got if got is None or m.attr is None else getattr(got, m.attr)
+                v[name] = None if x is None else float(x) * m.scale
 
     def _fields(self, v: dict[str, float | None], key: str,
                 fields: tuple[tuple[int, str, float], ...], ids: list[int]) -> None:
@@ -275,7 +262,3 @@ class DeviceReader:
             out.append(replace(info, used_memory_mib=mib))
         self.procs = known
         return tuple(out)
-
-
-def _scaled(x: Any, scale: float) -> float | None:
-    return None if x is None else float(x) * scale

@@ -16,12 +16,15 @@ No pandas or scikit-learn here: this is on the ``watchdog check`` start-up path.
 
 from __future__ import annotations
 
+import functools
 import socket
 import time
-from typing import Any
+from collections.abc import Callable
+from typing import cast
 
 from watchdog.records import DeviceInfo, ProcessInfo, Sample, XidEvent
-from watchdog.sources.nvml.deadline import Lane, Wedged
+from watchdog.sources.nvml.binding import NvmlObject
+from watchdog.sources.nvml.deadline import Job, Lane, Wedged
 from watchdog.sources.nvml.errors import (
     UNKNOWN,
     GpuLost,
@@ -158,7 +161,7 @@ class NvmlSource:
                                 {g.index: g.info.pci_bus_id for g in self._gpus},
                                 kmsg_path=kmsg_path)
 
-    def _sys_call(self, fn: Any) -> Any:
+    def _sys_call(self, fn: Callable[[], NvmlObject]) -> NvmlObject:
         try:
             return self._sys.run(fn, self.call_timeout)
         except self._nv.NVMLError:
@@ -178,7 +181,7 @@ class NvmlSource:
             g.info = DeviceInfo(index=i, uuid=f"{self.host}/gpu{i}", driver_version=driver,
                                 cuda_version=cuda)
             self._gpus.append(g)
-            jobs.append(g.lane.submit(lambda g=g: g.open(self.host, driver, cuda)))
+            jobs.append(g.lane.submit(functools.partial(g.open, self.host, driver, cuda)))
         for g, job in zip(self._gpus, jobs, strict=True):
             try:
                 g.lane.wait(job, self.call_timeout)
@@ -219,10 +222,10 @@ class NvmlSource:
                 swept.setdefault(g.sweep, []).append(g)
             else:
                 own.append(g)
-        jobs = {g.index: g.lane.submit(lambda g=g: read(g)) for g in own}
+        jobs = {g.index: g.lane.submit(functools.partial(read, g)) for g in own}
         runs = []
         for sw, gs in swept.items():
-            results: dict[int, Any] = {}
+            results: dict[int, object] = {}
             runs.append((sw, gs, results, sw.submit(gs, read, results)))
         for sw, gs, results, job in runs:
             try:
@@ -260,9 +263,9 @@ class NvmlSource:
             g.held, g.runs_on = None, g.lane  # the stuck call returned: its own lane now
         return None
 
-    def _abandon(self, sw: Sweep, gs: list[_Gpu], results: dict[int, Any],
-                 jobs: dict[int, Any], read: Any, out: dict[int, Sample], now: float,
-                 w: Wedged) -> dict[int, Any]:
+    def _abandon(self, sw: Sweep[_Gpu], gs: list[_Gpu], results: dict[int, object],
+                 jobs: dict[int, Job], read: Callable[[_Gpu], _Read],
+                 out: dict[int, Sample], now: float, w: Wedged) -> dict[int, object]:
         """A call in sweep ``sw`` wedged: the GPU inside it keeps the error naming the call
         and stays held; the GPUs the sweep had not reached go to their own lanes now."""
         held = sw.abandon()
@@ -275,11 +278,11 @@ class NvmlSource:
                 out[held.index] = Sample(now, held.info.uuid, held.index, errors=(str(w),))
         for g in gs:
             if g.index not in done and g.index not in out:
-                jobs[g.index] = g.lane.submit(lambda g=g: read(g))
+                jobs[g.index] = g.lane.submit(functools.partial(read, g))
         return done
 
     @staticmethod
-    def _outcome(g: _Gpu, now: float, result: Any) -> Sample:
+    def _outcome(g: _Gpu, now: float, result: object) -> Sample:
         """The sample for one GPU's read: its values, or what stopped it."""
         uuid = g.info.uuid
         if isinstance(result, Wedged):
@@ -289,7 +292,7 @@ class NvmlSource:
         if isinstance(result, BaseException):  # a bug reading one GPU must not stop all
             return Sample(now, uuid, g.index, errors=(
                 f"reading GPU {g.index}: {type(result).__name__}: {result}",))
-        values, procs, errors = result
+        values, procs, errors = cast(_Read, result)  # what read_job returned
         return Sample(now, uuid, g.index, values, procs, errors=errors)
 
     @property

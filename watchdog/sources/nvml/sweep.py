@@ -21,40 +21,41 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from typing import Generic, TypeVar
 
 from watchdog.sources.nvml.deadline import Job, Lane
-
-if TYPE_CHECKING:
-    from watchdog.sources.nvml.reader import DeviceReader
+from watchdog.sources.nvml.reader import DeviceReader
 
 # GPUs per sweep: one hand-off per tick reads 8 GPUs (a whole HGX node); larger counts
 # get one sweep per 8, read side by side, so a tick's wall time stays that of 8 GPUs.
 SWEEP_GPUS = 8
 
 
-class Sweep:
+G = TypeVar("G", bound=DeviceReader)
+
+
+class Sweep(Generic[G]):
     """Read ``gpus`` (device readers with a ``read_job(slow)``) in turn on one lane."""
 
-    def __init__(self, name: str, gpus: list[Any]) -> None:
+    def __init__(self, name: str, gpus: list[G]) -> None:
         self.lane = Lane(name)
         self.gpus = gpus
         self._lock = threading.Lock()
-        self._current: Any = None  # the GPU the sweep's thread is reading now
+        self._current: G | None = None  # the GPU the sweep's thread is reading now
         self._abandoned = False
         self.dead = False  # abandoned: its GPUs are read on their own lanes from now on
         for g in gpus:
             g.runs_on = self.lane
 
-    def submit(self, gpus: list[Any], read: Callable[[Any], Any],
-               results: dict[int, Any]) -> Job:
+    def submit(self, gpus: list[G], read: Callable[[G], object],
+               results: dict[int, object]) -> Job:
         """Start ``read(g)`` for each of ``gpus`` (a subset of this sweep's, in order);
         each GPU's outcome (the result, or the exception it raised) lands in ``results`` by
         index as soon as it is known, so a wedge later in the sweep loses nothing before."""
         return self.lane.submit(lambda: self._run(gpus, read, results))
 
-    def _run(self, gpus: list[Any], read: Callable[[Any], Any],
-             results: dict[int, Any]) -> None:
+    def _run(self, gpus: list[G], read: Callable[[G], object],
+             results: dict[int, object]) -> None:
         try:
             for g in gpus:
                 with self._lock:
@@ -69,7 +70,7 @@ class Sweep:
             with self._lock:
                 self._current = None
 
-    def abandon(self) -> DeviceReader | None:
+    def abandon(self) -> G | None:
         """After a wedge: stop at the next GPU and hand every GPU back to its own lane;
         returns the GPU the sweep's thread is still reading (held until it returns)."""
         with self._lock:
@@ -82,7 +83,7 @@ class Sweep:
         return held
 
 
-def sweeps_for(gpus: list[Any], size: int = SWEEP_GPUS) -> list[Sweep]:
+def sweeps_for(gpus: list[G], size: int = SWEEP_GPUS) -> list[Sweep[G]]:
     """One sweep per ``size`` GPUs of ``gpus`` (in index order); none for a single GPU,
     which gains nothing (one hand-off either way)."""
     if len(gpus) < 2:

@@ -25,8 +25,8 @@ import os
 import re
 import threading
 import time
-from typing import Any
 
+from watchdog.sources.nvml.binding import NvmlObject
 from watchdog.sources.nvml.errors import gpu_words, log
 
 _XID_RE = re.compile(
@@ -122,7 +122,8 @@ class XidWatcher:
     it is known. ``take(index)`` returns and clears ``(code, message, source)`` tuples.
     """
 
-    def __init__(self, pynvml: Any, handles: dict[int, Any], bus_ids: dict[int, str | None],
+    def __init__(self, pynvml: NvmlObject, handles: dict[int, NvmlObject],
+                 bus_ids: dict[int, str | None],
                  kmsg_path: str = "/dev/kmsg", wait_ms: int = 2000) -> None:
         self._nvml = pynvml
         self._handles = handles
@@ -167,7 +168,7 @@ class XidWatcher:
                 continue
             self._add(index, code, message, "kmsg")
 
-    def _setup(self) -> Any:
+    def _setup(self) -> NvmlObject:
         nv = self._nvml
         try:
             es = nv.nvmlEventSetCreate()
@@ -213,7 +214,7 @@ class XidWatcher:
             except self._nvml.NVMLError:
                 pass
 
-    def _wait_loop(self, es: Any) -> None:
+    def _wait_loop(self, es: NvmlObject) -> None:
         nv = self._nvml
         by_addr = {ctypes.cast(h, ctypes.c_void_p).value: i for i, h in self._handles.items()}
         logged: set[int | None] = set()

@@ -259,7 +259,8 @@ class Blob:
 def _read_stream(f: IO[bytes], path: str, binary: bool = False) -> bytes:
     """The rest of a stream (a pipe), at most :data:`MAX_STREAM` bytes in all; a NUL byte
     refuses it at once unless it is ``binary`` (a recording, a W&B run file)."""
-    chunks, total = [], HEAD
+    chunks: list[bytes] = []
+    total = HEAD
     while True:
         b = f.read(_STEP)
         if not b:

@@ -28,6 +28,7 @@ import pandas as pd
 
 from watchdog import reasons
 from watchdog.errors import InputError
+from watchdog.untyped import Array
 
 #: The highest GPU index a log may name. nvidia-smi and NVML number the GPUs one operating
 #: system sees from 0, and the largest nodes have 8 to 16 (a DGX-2/HGX-2 16; a GB200 NVL72
@@ -58,11 +59,11 @@ RANGES: dict[str, tuple[float, float]] = {
 class Problems:
     """What a conversion met besides numbers: lost rows, error texts, warnings."""
 
-    lost: np.ndarray | None = None  # bool per row, or None when no row is lost
+    lost: Array | None = None  # bool per row, or None when no row is lost
     errors: dict[int, list[str]] = field(default_factory=dict)  # row -> ["metric: text"]
     warnings: list[str] = field(default_factory=list)
 
-    def mark_lost(self, rows: np.ndarray, n: int) -> None:
+    def mark_lost(self, rows: Array, n: int) -> None:
         if self.lost is None:
             self.lost = np.zeros(n, dtype=bool)
         self.lost |= rows
@@ -115,7 +116,7 @@ def parse_active(text: str) -> float:
     raise Unparsable(text.strip())
 
 
-def factorize(col: pd.Series) -> tuple[np.ndarray, pd.Index]:
+def factorize(col: pd.Series) -> tuple[Array, pd.Index]:
     """Codes (-1 = missing) and distinct values of a text or categorical column."""
     if isinstance(col.dtype, pd.CategoricalDtype):
         return col.cat.codes.to_numpy(), col.cat.categories
@@ -124,7 +125,7 @@ def factorize(col: pd.Series) -> tuple[np.ndarray, pd.Index]:
 
 def convert_column(col: pd.Series, *, metric: str, unit: str, problems: Problems,
                    where: Callable[[int], str],
-                   parse: Callable[[str], float] = _text_to_float) -> np.ndarray:
+                   parse: Callable[[str], float] = _text_to_float) -> Array:
     """Convert one raw column to float64 in the catalogue unit.
 
     ``where(row)`` formats the location of a row (``file:line``) for messages. Raises
@@ -160,8 +161,8 @@ def convert_column(col: pd.Series, *, metric: str, unit: str, problems: Problems
         if lost_codes:
             problems.mark_lost(np.isin(codes, lost_codes), n)
         for code, text in err_codes.items():
-            for row in np.flatnonzero(codes == code):
-                problems.errors.setdefault(int(row), []).append(f"{metric}: {text}")
+            for at in np.flatnonzero(codes == code):
+                problems.errors.setdefault(int(at), []).append(f"{metric}: {text}")
     lo_hi = RANGES.get(unit)
     if lo_hi is not None:
         with np.errstate(invalid="ignore"):
@@ -177,7 +178,7 @@ def convert_column(col: pd.Series, *, metric: str, unit: str, problems: Problems
 
 
 def parse_timestamps(col: pd.Series, *, tz: str | None,
-                     where: Callable[[int], str]) -> np.ndarray:
+                     where: Callable[[int], str]) -> Array:
     """Parse a timestamp column to float64 POSIX seconds (UTC).
 
     Accepts nvidia-smi's ``2026/04/19 14:28:10.123`` (local time of the logging host,
@@ -192,6 +193,7 @@ def parse_timestamps(col: pd.Series, *, tz: str | None,
     if secs is None:  # leading spaces, odd types: strip every text, then the slow path
         texts = pd.Index([str(u).strip() for u in uniques], dtype=object)
         secs = _utc_seconds(texts, tz)
+    assert secs is not None  # the slow path reads every text (NaN where not a time)
     table = np.append(secs, np.nan)
     out = table[codes]
     bad = np.isnan(out) | (out < _T_MIN) | (out > _T_MAX)
@@ -208,7 +210,7 @@ _T_MAX = 4_102_444_800.0  # 2100-01-01
 
 
 def _utc_seconds(texts: pd.Index, tz: str | None, fast_only: bool = False
-                 ) -> np.ndarray | None:
+                 ) -> Array | None:
     """POSIX seconds per distinct text (NaN where it is not a time).
 
     Tries whole-column formats first; with ``fast_only`` returns None when none fits.
@@ -246,7 +248,7 @@ def _one_time(text: str, tz: str | None) -> float:
         return math.nan
 
 
-def gpu_index(values: np.ndarray, column: str, where: Callable[[int], str]) -> np.ndarray:
+def gpu_index(values: Array, column: str, where: Callable[[int], str]) -> Array:
     """GPU indices (float64, NaN already refused by the caller) as int64: whole numbers in
     0..:data:`MAX_GPU_INDEX`, else one :class:`InputError` naming the first row out of
     range. Checked before the cast, so no value wraps and numpy warns of nothing."""

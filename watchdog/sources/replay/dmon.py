@@ -33,6 +33,7 @@ from watchdog.errors import InputError
 from watchdog.sources.replay import convert
 from watchdog.sources.replay.frame import Recording, build, standin_uuid
 from watchdog.sources.replay.smi_layout import MAX_COLUMNS
+from watchdog.untyped import Array
 
 COLUMNS: dict[str, tuple[str, float]] = {  # dmon name -> (catalogue name, scale)
     "pwr": ("power.draw", 1.0), "gtemp": ("temperature.gpu", 1.0),
@@ -109,7 +110,7 @@ def read(path: str, data: bytes, *, host: str, tz: str | None, interval: float,
     index = convert.gpu_index(idx_f, "gpu", where)
     ts = _times(raw, names, index, path=path, tz=tz, interval=interval, mtime=mtime,
                 where=where, warnings=warnings)
-    metrics: dict[str, np.ndarray] = {}
+    metrics: dict[str, Array] = {}
     for col, (metric, scale) in COLUMNS.items():
         if col in names:
             unit = catalogue.BY_NAME[metric].unit
@@ -124,9 +125,9 @@ def read(path: str, data: bytes, *, host: str, tz: str | None, interval: float,
                  warnings=warnings)
 
 
-def _times(raw: pd.DataFrame, names: list[str], index: np.ndarray, *, path: str,
+def _times(raw: pd.DataFrame, names: list[str], index: Array, *, path: str,
            tz: str | None, interval: float, mtime: float, where, warnings: list[str]
-           ) -> np.ndarray:
+           ) -> Array:
     if "time" in names:
         time_col = raw["time"].astype(str)
         if "date" in names:

@@ -19,6 +19,8 @@ import re
 
 import numpy as np
 
+from watchdog.untyped import Array
+
 _LAYOUT = re.compile(rb"^\d{4}/\d{2}/\d{2} \d{2}:\d{2}:\d{2}(\.\d{3})?,")
 _SEPS = {4: b"/", 7: b"/", 10: b" ", 13: b":", 16: b":", 19: b"."}
 
@@ -31,7 +33,7 @@ def width_of(line: bytes) -> int | None:
     return 23 if m.group(1) else 19
 
 
-def times(data: bytes, width: int, rows: int) -> np.ndarray | None:
+def times(data: bytes, width: int, rows: int) -> Array | None:
     """POSIX seconds (UTC, float64) of the leading timestamp of each of the ``rows`` lines
     of ``data`` (every line starting with one; the last may lack its newline); None when
     a line does not have exactly that layout.
@@ -60,7 +62,7 @@ def times(data: bytes, width: int, rows: int) -> np.ndarray | None:
     if not bool((d <= 9).all()):
         return None
 
-    def num(cols: slice) -> np.ndarray:
+    def num(cols):  # the digits in columns cols, as int64
         out = np.zeros(len(d), dtype=np.int64)
         for j in range(cols.start, cols.stop):
             out *= 10

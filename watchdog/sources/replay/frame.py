@@ -16,6 +16,7 @@ import numpy as np
 import pandas as pd
 
 from watchdog.records import DeviceInfo, ProcessInfo, Sample, XidEvent
+from watchdog.untyped import Array
 
 BASE_COLUMNS = ("ts", "uuid", "index", "lost")
 
@@ -46,7 +47,7 @@ class Recording:
     xids: list[XidEvent] = field(default_factory=list)
     processes: dict[Key, tuple[ProcessInfo, ...]] = field(default_factory=dict)
     errors: dict[Key, tuple[str, ...]] = field(default_factory=dict)
-    absent: dict[str, np.ndarray] = field(default_factory=dict)
+    absent: dict[str, Array] = field(default_factory=dict)
     warnings: list[str] = field(default_factory=list)
     sample_xids: dict[Key, tuple[XidEvent, ...]] = field(default_factory=dict)
 
@@ -121,7 +122,7 @@ def standin_uuid(host: str, index: int) -> str:
 SNAP_S = 0.25  # most between consecutive rows of one nvidia-smi query (s)
 
 
-def snap_ticks(ts: np.ndarray, index: np.ndarray) -> np.ndarray:
+def snap_ticks(ts: Array, index: Array) -> Array:
     """One time per tick: the rows of one ``nvidia-smi`` query carry the time each GPU was
     read, 1-22 ms apart, but they are one reading of the node. Consecutive rows (in file
     order) with rising GPU index and at most :data:`SNAP_S` apart take the time of the
@@ -140,12 +141,12 @@ def snap_ticks(ts: np.ndarray, index: np.ndarray) -> np.ndarray:
     return ts[starts][tick]
 
 
-def build(*, path: str, host: str, fmt: str, ts: np.ndarray, uuid: np.ndarray,
-          index: np.ndarray, lost: np.ndarray | None, metrics: dict[str, np.ndarray],
+def build(*, path: str, host: str, fmt: str, ts: Array, uuid: Array,
+          index: Array, lost: Array | None, metrics: dict[str, Array],
           inventory: dict[str, dict[str, object]] | None = None,
           row_errors: dict[int, list[str]] | None = None,
           warnings: list[str] | None = None,
-          first_rows: np.ndarray | None = None, in_order: bool = False) -> Recording:
+          first_rows: Array | None = None, in_order: bool = False) -> Recording:
     """Assemble a :class:`Recording` from unsorted numpy columns (one entry per row).
 
     ``inventory`` maps uuid -> DeviceInfo fields seen in the log (name, pci_bus_id...).
@@ -165,7 +166,7 @@ def build(*, path: str, host: str, fmt: str, ts: np.ndarray, uuid: np.ndarray,
     order = None if is_sorted else np.lexsort((index, ts))
     data: dict[str, object] = {}
 
-    def take(a: np.ndarray) -> np.ndarray:
+    def take(a: Array) -> Array:
         return a if order is None else a[order]
 
     data["ts"] = take(np.asarray(ts, dtype=np.float64))
@@ -186,7 +187,7 @@ def build(*, path: str, host: str, fmt: str, ts: np.ndarray, uuid: np.ndarray,
 
 
 def _inventory(frame: pd.DataFrame, extra: dict[str, dict[str, object]],
-               first_rows: np.ndarray | None = None) -> list[DeviceInfo]:
+               first_rows: Array | None = None) -> list[DeviceInfo]:
     """One DeviceInfo per uuid (first index it was seen with), filled from the log."""
     if len(frame) == 0:
         return []

@@ -18,9 +18,10 @@ from __future__ import annotations
 import dataclasses
 import json
 import math
+import mmap
 import struct
 import zlib
-from typing import Any
+from typing import TYPE_CHECKING, TypeVar
 
 import numpy as np
 import pandas as pd
@@ -30,6 +31,14 @@ from watchdog.records import DeviceInfo, ProcessInfo, XidEvent
 from watchdog.sources.replay.convert import MAX_GPU_INDEX
 from watchdog.sources.replay.frame import Key, Recording
 from watchdog.sources.replay.sniff import MAGIC
+from watchdog.untyped import Array, Json, JsonDoc
+
+if TYPE_CHECKING:
+    from _typeshed import DataclassInstance
+
+    from watchdog.npzsafe import Archive
+
+D = TypeVar("D", bound="DataclassInstance")
 
 FORMAT = "nvml-watchdog-recording"
 VERSION = 1
@@ -58,7 +67,8 @@ _CHUNK_FIXED = {"ts": "f", "index": "iu", "uuid_code": "iu", "uuids": "U", "lost
                 "meta": "u"}
 
 
-def _records(path: str, data: Any, warnings: list[str]) -> list[tuple[bytes, bytes]]:
+def _records(path: str, data: bytes | mmap.mmap, warnings: list[str]
+             ) -> list[tuple[bytes, bytes]]:
     """``(kind, payload)`` of each record of ``data`` (bytes or a memory map), checked
     against its length and CRC; a damaged tail is dropped with a warning."""
     out = []
@@ -92,7 +102,7 @@ def _records(path: str, data: Any, warnings: list[str]) -> list[tuple[bytes, byt
     return out
 
 
-def read(path: str, data: Any, *, host: str | None) -> Recording:
+def read(path: str, data: bytes | mmap.mmap, *, host: str | None) -> Recording:
     """Load a ``.wdrec`` file (its bytes, or a memory map of them) into a
     :class:`Recording`. Every structure is checked before it is used (JSON types, array
     names, dtypes, shapes, column lengths, index ranges) and every chunk's declared size
@@ -122,7 +132,7 @@ def read(path: str, data: Any, *, host: str | None) -> Recording:
     declared = 0
     try:
         # first every chunk's declared arrays (nothing decompressed beyond the headers)…
-        steps: list[tuple[bytes, Any]] = []
+        steps: list[tuple[bytes, list[DeviceInfo] | int]] = []  # an inventory, a chunk
         for kind, payload in records[1:]:
             if kind == b"D":
                 steps.append((kind, _devices(_json(payload, path, "inventory"), path,
@@ -136,10 +146,10 @@ def read(path: str, data: Any, *, host: str | None) -> Recording:
                 declared += z.declared
                 steps.append((kind, len(chunks) - 1))
         # …then the arrays, each within its declared size
-        parts: list[dict[str, np.ndarray]] = []
-        metas: list[dict[str, Any]] = []
-        for kind, item in steps:
-            if kind == b"D":
+        parts: list[dict[str, Array]] = []
+        metas: list[JsonDoc] = []
+        for _kind, item in steps:
+            if isinstance(item, list):  # a D record: the inventory from here on
                 devices = item
             else:
                 z, where = chunks[item]
@@ -155,7 +165,7 @@ def read(path: str, data: Any, *, host: str | None) -> Recording:
     return _assemble(path, host or rec_host or "replay", parts, metas, devices, warnings)
 
 
-def _json(payload: bytes, path: str, what: str) -> Any:
+def _json(payload: bytes, path: str, what: str) -> Json:
     try:
         return json.loads(payload)
     except (ValueError, RecursionError):
@@ -167,13 +177,13 @@ _TYPES: dict[str, tuple[type, ...]] = {"int": (int,), "float": (int, float), "st
 MAX_TEXT = 4096  # characters of any string in a recording's JSON
 
 
-def _typed(cls: Any, d: Any, where: str) -> Any:
+def _typed(cls: type[D], d: Json, where: str) -> D:
     """``cls(**d)`` for a dataclass of plain fields, each value checked against its
     annotation (``int``, ``float | None``…) first: a wrong type is an InputError."""
     if not isinstance(d, dict):
         raise InputError(f"{where}: expected an object, got {type(d).__name__}")
-    fields = cls.__dataclass_fields__
-    out = {}
+    fields = {f.name: f for f in dataclasses.fields(cls)}
+    out: JsonDoc = {}
     for name, f in fields.items():
         if name not in d:
             if f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING:
@@ -197,7 +207,7 @@ def _typed(cls: Any, d: Any, where: str) -> Any:
     return cls(**out)
 
 
-def _devices(items: Any, path: str, what: str) -> list[DeviceInfo]:
+def _devices(items: Json, path: str, what: str) -> list[DeviceInfo]:
     if not isinstance(items, list) or len(items) > MAX_GPUS:
         raise InputError(f"{path}: recording {what}: devices must be a list of at most "
                          f"{MAX_GPUS} GPUs")
@@ -207,7 +217,7 @@ def _devices(items: Any, path: str, what: str) -> list[DeviceInfo]:
     return out
 
 
-def _check_chunk(z: Any, where: str) -> None:
+def _check_chunk(z: Archive, where: str) -> None:
     """Names, dtypes and shapes of a chunk's arrays, from their headers alone."""
     m = z.members
     missing = [k for k in _CHUNK_FIXED if k not in m]
@@ -243,7 +253,7 @@ def _check_chunk(z: Any, where: str) -> None:
                              "(ragged columns)")
 
 
-def _check_values(arr: dict[str, np.ndarray], where: str) -> None:
+def _check_values(arr: dict[str, Array], where: str) -> None:
     n = len(arr["ts"])
     if not n:
         return
@@ -256,7 +266,7 @@ def _check_values(arr: dict[str, np.ndarray], where: str) -> None:
         raise InputError(f"{where}: a GPU index outside 0..{MAX_INDEX}")
 
 
-def _meta(raw: np.ndarray, n: int, where: str) -> dict[str, Any]:
+def _meta(raw: Array, n: int, where: str) -> JsonDoc:
     """The chunk's sparse data, each entry ``[row, value]`` checked: row in range, value
     of the right shape (errors: texts, processes: ProcessInfo objects, xids: XidEvent)."""
     try:
@@ -265,12 +275,12 @@ def _meta(raw: np.ndarray, n: int, where: str) -> dict[str, Any]:
         raise InputError(f"{where}: meta is not JSON (damaged chunk)") from None
     if not isinstance(meta, dict):
         raise InputError(f"{where}: meta is not an object (damaged chunk)")
-    out: dict[str, Any] = {}
+    out: JsonDoc = {}
     for key in ("errors", "processes", "xids"):
         items = meta.get(key, [])
         if not isinstance(items, list):
             raise InputError(f"{where}: meta.{key} is not a list")
-        checked = []
+        checked: list[tuple[int, object]] = []  # (row, its texts, processes or XID)
         for item in items:
             if (not isinstance(item, list) or len(item) != 2 or isinstance(item[0], bool)
                     or not isinstance(item[0], int) or not 0 <= item[0] < n):
@@ -293,13 +303,13 @@ def _meta(raw: np.ndarray, n: int, where: str) -> dict[str, Any]:
     return out
 
 
-def _assemble(path: str, host: str, parts: list[dict[str, np.ndarray]],
-              metas: list[dict[str, Any]], devices: list[DeviceInfo],
+def _assemble(path: str, host: str, parts: list[dict[str, Array]],
+              metas: list[JsonDoc], devices: list[DeviceInfo],
               warnings: list[str]) -> Recording:
     names = list(dict.fromkeys(k[3:] for p in parts for k in p if k.startswith("v__")))
-    cols: dict[str, list[np.ndarray]] = {c: [] for c in ("ts", "index", "uuid", "lost")}
-    vals: dict[str, list[np.ndarray]] = {m: [] for m in names}
-    has: dict[str, list[np.ndarray]] = {m: [] for m in names}
+    cols: dict[str, list[Array]] = {c: [] for c in ("ts", "index", "uuid", "lost")}
+    vals: dict[str, list[Array]] = {m: [] for m in names}
+    has: dict[str, list[Array]] = {m: [] for m in names}
     errors: dict[Key, tuple[str, ...]] = {}
     processes: dict[Key, tuple[ProcessInfo, ...]] = {}
     sample_xids: dict[Key, list[XidEvent]] = {}
@@ -323,15 +333,15 @@ def _assemble(path: str, host: str, parts: list[dict[str, np.ndarray]],
         for r, x in meta.get("xids", []):
             sample_xids.setdefault((ts_l[r], str(uu[r])), []).append(x)
 
-    def cat(xs: list[np.ndarray], dtype: Any) -> np.ndarray:
+    def cat(xs, dtype):  # arrays of one column, its dtype
         return np.concatenate(xs).astype(dtype, copy=False) if xs else np.zeros(0, dtype)
 
     ts = cat(cols["ts"], np.float64)
     index = cat(cols["index"], np.int64)
     order = np.lexsort((index, ts))
-    data: dict[str, Any] = {"ts": ts[order], "uuid": cat(cols["uuid"], object)[order],
+    data: JsonDoc = {"ts": ts[order], "uuid": cat(cols["uuid"], object)[order],
                             "index": index[order], "lost": cat(cols["lost"], bool)[order]}
-    absent: dict[str, np.ndarray] = {}
+    absent: dict[str, Array] = {}
     for m in names:
         data[m] = cat(vals[m], np.float64)[order]
         h = cat(has[m], bool)[order]

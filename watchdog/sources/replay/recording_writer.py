@@ -15,7 +15,7 @@ import math
 import os
 import zlib
 from collections.abc import Iterable
-from typing import Any, BinaryIO
+from typing import BinaryIO
 
 import numpy as np
 
@@ -30,6 +30,7 @@ from watchdog.sources.replay.recording import (
     VERSION,
 )
 from watchdog.sources.replay.sniff import MAGIC
+from watchdog.untyped import Array, JsonDoc
 
 
 class RecordingWriter:
@@ -65,11 +66,6 @@ class RecordingWriter:
         self._f.flush()
         os.fsync(self._f.fileno())
 
-    def set_devices(self, devices: list[DeviceInfo]) -> None:
-        """Record a changed inventory (a GPU vanished or came back)."""
-        self.flush()
-        self._record(b"D", json.dumps([d.to_dict() for d in devices]).encode())
-
     def write(self, samples: Iterable[Sample]) -> None:
         """Buffer samples; a chunk is written every ``chunk_rows`` samples."""
         for s in samples:
@@ -93,7 +89,7 @@ class RecordingWriter:
         for a in range(0, len(f), step):
             part = f.iloc[a:a + step]
             uuids, codes = np.unique(part["uuid"].to_numpy(dtype=str), return_inverse=True)
-            arrays: dict[str, np.ndarray] = {
+            arrays: dict[str, Array] = {
                 "ts": part["ts"].to_numpy(np.float64), "index": part["index"].to_numpy(np.int64),
                 "uuid_code": codes.astype(np.int32), "uuids": uuids.astype(str),
                 "lost": part["lost"].to_numpy(bool)}
@@ -102,7 +98,7 @@ class RecordingWriter:
                 ab = rec.absent.get(m)
                 if ab is not None and ab[a:a + step].any():
                     arrays[f"k__{m}"] = ~ab[a:a + step]
-            meta: dict[str, Any] = {"errors": [], "processes": [], "xids": []}
+            meta: JsonDoc = {"errors": [], "processes": [], "xids": []}
             ts_list = arrays["ts"].tolist()
             uu = part["uuid"].tolist()
             for r, key in enumerate(zip(ts_list, uu, strict=True)):
@@ -115,7 +111,7 @@ class RecordingWriter:
             arrays["meta"] = np.frombuffer(json.dumps(meta).encode(), dtype=np.uint8)
             self._write_arrays(arrays)
 
-    def _write_arrays(self, arrays: dict[str, np.ndarray]) -> None:
+    def _write_arrays(self, arrays: dict[str, Array]) -> None:
         bio = io.BytesIO()
         np.savez_compressed(bio, **arrays)  # type: ignore[arg-type]
         self._record(b"C", bio.getvalue())
@@ -142,7 +138,7 @@ class RecordingWriter:
         self.close()
 
 
-def _chunk_arrays(samples: list[Sample]) -> dict[str, np.ndarray]:
+def _chunk_arrays(samples: list[Sample]) -> dict[str, Array]:
     """Columns of one chunk: ``ts``, ``index``, ``uuid_code`` + ``uuids``, ``lost``,
     ``v__<metric>`` (float64, NaN for None), ``k__<metric>`` (bool, only when some sample
     lacks the key), and ``meta`` (JSON bytes: sparse errors, processes, XIDs by row)."""
@@ -150,7 +146,7 @@ def _chunk_arrays(samples: list[Sample]) -> dict[str, np.ndarray]:
     uuids = sorted({s.uuid for s in samples})
     code = {u: i for i, u in enumerate(uuids)}
     names = sorted({k for s in samples for k in s.values})
-    arrays: dict[str, np.ndarray] = {
+    arrays: dict[str, Array] = {
         "ts": np.fromiter((s.ts for s in samples), np.float64, n),
         "index": np.fromiter((s.index for s in samples), np.int64, n),
         "uuid_code": np.fromiter((code[s.uuid] for s in samples), np.int32, n),
@@ -163,7 +159,7 @@ def _chunk_arrays(samples: list[Sample]) -> dict[str, np.ndarray]:
         has = np.fromiter((m in s.values for s in samples), bool, n)
         if not has.all():
             arrays[f"k__{m}"] = has
-    meta: dict[str, Any] = {
+    meta: JsonDoc = {
         "errors": [[r, list(s.errors)] for r, s in enumerate(samples) if s.errors],
         "processes": [[r, [p.to_dict() for p in s.processes]]
                       for r, s in enumerate(samples) if s.processes is not None],

@@ -24,6 +24,7 @@ from watchdog.errors import InputError
 from watchdog.sources.replay import convert, maxclock
 from watchdog.sources.replay.frame import OutOfOrder, Recording, build, standin_uuid
 from watchdog.sources.replay.smi_layout import base_name
+from watchdog.untyped import Array
 
 ID_FIELDS = {"timestamp", "index", "uuid", "pci.bus_id", "name", "serial", "vbios_version",
              "driver_version"}
@@ -114,7 +115,7 @@ def to_recording(path: str, raw: pd.DataFrame, *, mapping: dict[str, str], host:
     n = len(raw)
     problems = convert.Problems()
     ts = convert.parse_timestamps(raw[roles["timestamp"]], tz=tz, where=where)
-    metrics: dict[str, np.ndarray] = {}
+    metrics: dict[str, Array] = {}
     for m in metric_roles:
         meta = catalogue.BY_NAME[m]
         parse = convert._text_to_float
@@ -185,7 +186,7 @@ def to_recording(path: str, raw: pd.DataFrame, *, mapping: dict[str, str], host:
     return rec
 
 
-def _impossible_memory(metrics: dict[str, np.ndarray], problems: convert.Problems,
+def _impossible_memory(metrics: dict[str, Array], problems: convert.Problems,
                        where: Callable[[int], str]) -> None:
     """``memory.used`` above ``memory.total`` (a wrong ``--map``, a shifted column) is not
     used: one warning, the values become missing (a memory_pressure at 183063 % is not an
@@ -209,7 +210,7 @@ def _impossible_memory(metrics: dict[str, np.ndarray], problems: convert.Problem
 NO_INDEX_TICK_S = 0.05
 
 
-def _order_in_tick(ts: np.ndarray) -> np.ndarray:
+def _order_in_tick(ts: Array) -> Array:
     """GPU numbers for a log with no GPU column: the rows of one query (consecutive rows
     at most :data:`NO_INDEX_TICK_S` apart, in file order) are its GPUs in order. The GPU
     count is the log's usual number of rows per query: a query a moment's jitter joined to
@@ -227,7 +228,7 @@ def _order_in_tick(ts: np.ndarray) -> np.ndarray:
     return ((np.arange(len(ts)) - first[tick]) % max(per_query, 1)).astype(np.int64)
 
 
-def _first_rows(codes: np.ndarray) -> np.ndarray:
+def _first_rows(codes: Array) -> Array:
     """Row of the first appearance of each code (codes 0..k-1), in row order."""
     n = len(codes)
     if n == 0:
@@ -241,8 +242,8 @@ def _first_rows(codes: np.ndarray) -> np.ndarray:
     return np.sort(first[first < n])
 
 
-def _inventory(raw: pd.DataFrame, roles: dict[str, str], uuid: np.ndarray,
-               first_rows: np.ndarray, problems: convert.Problems,
+def _inventory(raw: pd.DataFrame, roles: dict[str, str], uuid: Array,
+               first_rows: Array, problems: convert.Problems,
                where: Callable[[int], str]) -> dict[str, dict[str, object]]:
     """DeviceInfo fields per uuid, from the first row each GPU appears in (``first_rows``,
     in row order)."""

@@ -36,6 +36,7 @@ from watchdog.sources.replay.blob import Blob
 from watchdog.sources.replay.frame import Recording
 from watchdog.sources.replay.smi_columns import to_recording
 from watchdog.sources.replay.smi_layout import Lines, prepare
+from watchdog.untyped import Array
 
 _PARSER_ERR = re.compile(r"Expected (?P<want>\d+) fields in line (?P<line>\d+), saw (?P<saw>\d+)")
 
@@ -87,7 +88,8 @@ def read(path: str, blob: Blob, *, mapping: dict[str, str] | None, host: str,
     if raw.shape[1] != expected + 1:
         raise InputError(f"{path}:{first_no}: header has {expected + 1} fields but rows have "
                          f"{raw.shape[1]} (mismatched columns)")
-    short = np.flatnonzero(raw.iloc[:, -1].isna().to_numpy()) if len(raw) else []
+    short: Array = np.flatnonzero(raw.iloc[:, -1].isna().to_numpy()) if len(raw) \
+        else np.zeros(0, dtype=np.int64)
     if len(short) and not lines.consistent(len(raw)):
         lines = Lines(lambda: b"", has_header)  # line numbers unknown from here on
         prep.lines = lines

@@ -24,6 +24,7 @@ import numpy as np
 from watchdog.errors import InputError
 from watchdog.sources.replay import convert
 from watchdog.sources.replay.blob import HEAD, MAX_LINE, Blob
+from watchdog.untyped import Array
 
 #: The most columns a CSV log may have (``nvidia-smi --query-gpu`` knows about 300 fields).
 MAX_COLUMNS = 1024
@@ -50,7 +51,7 @@ def looks_like_header(line: str) -> bool:
     return not any(_is_value(f) for f in fields)
 
 
-def layout(data: bytes) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+def layout(data: bytes) -> tuple[Array, Array, Array]:
     """Per line: start offset, end offset (exclusive, newline dropped), comma count.
 
     Vectorised: the comma count of each line is the number of comma positions between its
@@ -73,8 +74,8 @@ class Lines:
     def __init__(self, data: Callable[[], bytes], has_header: bool) -> None:
         self._get = data
         self._has_header = has_header
-        self._rows: np.ndarray | None = None
-        self._commas: np.ndarray | None = None
+        self._rows: Array | None = None
+        self._commas: Array | None = None
         self._starts = np.empty(0, np.int64)
 
     def _compute(self) -> None:

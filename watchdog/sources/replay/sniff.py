@@ -29,8 +29,8 @@ def sniff(path: str, head: bytes) -> str:
         text = head.decode("utf-8")
     except UnicodeDecodeError as e:
         if e.start < len(head) - 4:  # not just a multi-byte character cut at the end
-            line = head[: e.start].count(b"\n") + 1
-            raise InputError(f"{path}:{line}: not UTF-8 text (binary file?)") from None
+            at = head[: e.start].count(b"\n") + 1
+            raise InputError(f"{path}:{at}: not UTF-8 text (binary file?)") from None
         text = head[: e.start].decode("utf-8")
     for line in text.splitlines():
         s = line.strip()

@@ -25,8 +25,8 @@ Rounding: Python's ``round(x, n)`` rounds the exact binary value; numpy's scales
 from __future__ import annotations
 
 import math
-from collections.abc import Iterator
-from typing import Any
+from collections.abc import Callable, Iterator
+from typing import TYPE_CHECKING
 
 import numpy as np
 
@@ -36,21 +36,34 @@ from watchdog.serving import serving_value
 from watchdog.sources.sim import job as J
 from watchdog.sources.sim import noise
 from watchdog.sources.sim.node import DT, ECC_BUCKET_S
+from watchdog.untyped import Array, JsonDoc
+
+if TYPE_CHECKING:
+    import pandas as pd
+
+    from watchdog.records import XidEvent
+    from watchdog.sources.sim.node import SimNode
+    from watchdog.sources.sim.source import SimSource
+
+#: the GPUs' states at times t (s since start), as :func:`_states` gives them
+States = Callable[[Array], dict[str, Array]]
+#: one chunk of a simulation: its frame and the XID events in it
+Chunk = tuple["pd.DataFrame", list["XidEvent"]]
 
 _U64 = np.uint64
 _C1, _C2, _C3 = _U64(0x9E3779B97F4A7C15), _U64(0xBF58476D1CE4E5B9), _U64(0x94D049BB133111EB)
 
 
-def supports(src: Any, interval: float) -> bool:
+def supports(src: SimSource, interval: float) -> bool:
     """Whether :func:`chunks` reproduces ``src.run(…, interval)``: a faultless node
     read once per grid step, from its start or right after its last reading."""
     return not src.faults and interval == DT and src.node.k == 0 and src._last is None
 
 
-def unit_at(base: np.ndarray, tk: np.ndarray) -> np.ndarray:
+def unit_at(base: Array, tk: Array) -> Array:
     """:func:`noise.unit_at` over arrays: ``base`` (G,) uint64 keys, ``tk`` (K, 1) ticks."""
     with np.errstate(over="ignore"):
-        x = base[None, :] ^ tk.astype(_U64)
+        x: Array = base[None, :] ^ tk.astype(_U64)
         x = x + _C1
         x = (x ^ (x >> _U64(30))) * _C2
         x = (x ^ (x >> _U64(27))) * _C3
@@ -58,7 +71,7 @@ def unit_at(base: np.ndarray, tk: np.ndarray) -> np.ndarray:
     return (x >> _U64(11)).astype(np.float64) * noise._INV
 
 
-def py_round(x: np.ndarray, nd: int) -> np.ndarray:
+def py_round(x: Array, nd: int) -> Array:
     """``round(v, nd)`` of every element, as Python rounds it (see module docs)."""
     out = np.round(x, nd)
     y = x * 10.0 ** nd
@@ -72,7 +85,7 @@ class _Phases:
     """The job's schedule over a block of times ``t`` (s since start), vectorised
     :meth:`TrainingJob.phase` (startup, checkpoint, high-power block, micro-dip)."""
 
-    def __init__(self, job: Any, t: np.ndarray) -> None:
+    def __init__(self, job: J.TrainingJob, t: Array) -> None:
         kind = np.full(len(t), J.TRAIN, dtype=np.int64)
         k = np.floor_divide(t - job.startup_s, job.ckpt_every_s).astype(np.int64)
         in_ckpt = np.zeros(len(t), dtype=bool)
@@ -96,7 +109,7 @@ class _Phases:
         self.dip = dip & train
 
 
-def _states(job: Any, t: np.ndarray) -> dict[str, np.ndarray]:
+def _states(job: J.TrainingJob, t: Array) -> dict[str, Array]:
     """Every GPU's healthy state at times ``t`` after the physical bounds: ``(K, G)``
     arrays named as :class:`~watchdog.sources.sim.job.GpuState`'s fields."""
     m, n = job.model, job.n
@@ -115,11 +128,12 @@ def _states(job: Any, t: np.ndarray) -> dict[str, np.ndarray]:
     kind = ph.kind[:, None]
     shape = (K, n)
     z = np.zeros(shape)
-    st = {f: z.copy() for f in ("util", "mem_util", "power", "sm_mhz", "mem_used", "sm_act",
-                                "sm_occ", "tensor", "dram", "pcie_tx", "pcie_rx")}
+    st: dict[str, Array] = {
+        f: z.copy() for f in ("util", "mem_util", "power", "sm_mhz", "mem_used", "sm_act",
+                              "sm_occ", "tensor", "dram", "pcie_tx", "pcie_rx")}
     reasons = np.zeros(shape, dtype=np.int64)
 
-    def put(mask: np.ndarray, **vals: Any) -> None:
+    def put(mask, **vals):  # numpy arrays or floats: left to numpy's broadcasting
         for f, v in vals.items():
             st[f] = np.where(mask, v, st[f])
 
@@ -180,8 +194,8 @@ def _states(job: Any, t: np.ndarray) -> dict[str, np.ndarray]:
     return st
 
 
-def _integrate(node: Any, power: np.ndarray, reasons: np.ndarray, limit_c: float
-               ) -> dict[str, np.ndarray] | None:
+def _integrate(node: SimNode, power: Array, reasons: Array, limit_c: float
+               ) -> dict[str, Array] | None:
     """The node's slow state (temperature, energy, limiter seconds) at each of the block's
     K ticks (before that tick's step), read from and written back to the
     :class:`~watchdog.sources.sim.node.SimNode`; advances the node past the block. None
@@ -202,7 +216,7 @@ def _integrate(node: Any, power: np.ndarray, reasons: np.ndarray, limit_c: float
     if (temp[:K] >= limit_c).any():
         return None
 
-    def counter(start: list[float], step: np.ndarray) -> np.ndarray:
+    def counter(start: list[float], step: Array) -> Array:
         acc = np.empty((K + 1, n))
         acc[0] = start
         acc[1:] = step
@@ -222,7 +236,7 @@ def _integrate(node: Any, power: np.ndarray, reasons: np.ndarray, limit_c: float
     return out
 
 
-def _ecc(node: Any, t: np.ndarray) -> np.ndarray:
+def _ecc(node: SimNode, t: Array) -> Array:
     """:meth:`SimNode.ecc_corrected` of every GPU at times ``t``: ``(K, G)``."""
     b = np.floor_divide(t, ECC_BUCKET_S).astype(np.int64)
     out = np.empty((len(t), node.job.n))
@@ -234,7 +248,8 @@ def _ecc(node: Any, t: np.ndarray) -> np.ndarray:
     return out
 
 
-def block(src: Any, i0: int, count: int, states: Any = None) -> dict[str, np.ndarray] | None:
+def block(src: SimSource, i0: int, count: int, states: States | None = None
+          ) -> dict[str, Array] | None:
     """Readings of ticks ``i0 .. i0 + count - 1`` as ``(K, G)`` arrays per metric name
     (plus ``ts``), or None where the thermal controller would engage (see module docs).
     ``states(t)``: the GPUs' states at times ``t`` (s since start) as :func:`_states`
@@ -249,7 +264,7 @@ def block(src: Any, i0: int, count: int, states: Any = None) -> dict[str, np.nda
         return None
     shape = st["power"].shape
 
-    def const(v: float) -> np.ndarray:
+    def const(v: float) -> Array:
         return np.full(shape, float(v))
 
     sm = np.minimum(m.max_sm_mhz, 15.0 * np.round(st["sm_mhz"] / 15.0))
@@ -257,7 +272,7 @@ def block(src: Any, i0: int, count: int, states: Any = None) -> dict[str, np.nda
     gpm = (lambda x: py_round(x, 2)) if m.gpm else (lambda x: const(np.nan))
     nvl = const(0.0) if m.nvlink else const(np.nan)
     serving = serving_value((ProcessInfo(pid=src.job.pids[0], serving=False),))
-    out = {
+    out: dict[str, Array] = {
         "ts": ts,
         "utilization.gpu": np.round(st["util"]),
         "utilization.memory": np.round(st["mem_util"]),
@@ -306,8 +321,9 @@ def block(src: Any, i0: int, count: int, states: Any = None) -> dict[str, np.nda
     return out
 
 
-def chunks(src: Any, duration: float, chunk_ticks: int, names: list[str] | None,
-           scalar: Any, states: Any = None) -> Iterator[tuple[Any, list[Any]]]:
+def chunks(src: SimSource, duration: float, chunk_ticks: int, names: list[str] | None,
+           scalar: Callable[[float], Iterator[Chunk]], states: States | None = None
+           ) -> Iterator[Chunk]:
     """``(frame, xids)`` chunks of ``chunk_ticks`` ticks, as
     :func:`watchdog.pipeline.replay._chunks` yields them; ``names`` the catalogue order;
     ``scalar(remaining_s)`` continues on the scalar path (see module docs); ``states``
@@ -325,7 +341,7 @@ def chunks(src: Any, duration: float, chunk_ticks: int, names: list[str] | None,
         if vals is None:
             yield from scalar((n_ticks - i) * DT)
             return
-        data: dict[str, Any] = {"ts": np.repeat(vals["ts"], n),
+        data: JsonDoc = {"ts": np.repeat(vals["ts"], n),
                                 "uuid": np.tile(uuids, count),
                                 "index": np.tile(np.arange(n, dtype=np.int64), count),
                                 "lost": np.zeros(count * n, dtype=bool)}

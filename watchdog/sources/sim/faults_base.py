@@ -7,12 +7,13 @@ seconds since the node started. :meth:`Fault.record` is the ground truth.
 
 from __future__ import annotations
 
-from typing import Any, ClassVar
+from typing import ClassVar
 
 from watchdog.errors import InputError
 from watchdog.sources.sim import noise
 from watchdog.sources.sim.job import GpuState, TrainingJob
-from watchdog.sources.sim.models import GpuModel
+from watchdog.sources.sim.models import SimulatedGpu
+from watchdog.untyped import JsonDoc
 
 S_FAULT = 101  # noise stream base for faults
 
@@ -34,12 +35,12 @@ class Fault:
         self.end = end
         self.job = job
         self.where = where
-        self.params: dict[str, Any] = {}
+        self.params: JsonDoc = {}
         self._bases = {g: noise.key(job.gpu_seed, S_FAULT, g) for g in gpus}
         self.configure(params)
 
     @classmethod
-    def supports(cls, model: GpuModel) -> bool:
+    def supports(cls, model: SimulatedGpu) -> bool:
         """Whether this scenario can be injected into a GPU of ``model``."""
         return True
 
@@ -77,7 +78,7 @@ class Fault:
         """The GPUs a detector should name for this fault."""
         return self.gpus
 
-    def record(self) -> dict[str, Any]:
+    def record(self) -> JsonDoc:
         """Ground truth (times relative to start; the source makes them absolute)."""
         return {"kind": self.kind, "scenario": self.name, "gpus": self.truth_gpus(),
                 "onset": self.onset, "end": self.end, "params": dict(self.params)}

@@ -10,7 +10,7 @@ from typing import ClassVar
 from watchdog.errors import InputError
 from watchdog.sources.sim.faults_base import Fault
 from watchdog.sources.sim.job import GpuState
-from watchdog.sources.sim.models import GpuModel
+from watchdog.sources.sim.models import SimulatedGpu
 
 
 class GpuLost(Fault):
@@ -91,7 +91,7 @@ class NvlinkErrors(Fault):
         "rate": "NVLink CRC flit errors per minute (default 20)"}
 
     @classmethod
-    def supports(cls, model: GpuModel) -> bool:
+    def supports(cls, model: SimulatedGpu) -> bool:
         return model.nvlink
 
     def configure(self, params: dict[str, str]) -> None:

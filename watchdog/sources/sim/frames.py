@@ -10,7 +10,16 @@ at a time (:mod:`watchdog.sources.sim.fast`, the same readings as reading by rea
 
 from __future__ import annotations
 
-from typing import Any
+from collections.abc import Iterator
+from typing import TYPE_CHECKING
+
+from watchdog.untyped import JsonDoc
+
+if TYPE_CHECKING:
+    from watchdog.records import XidEvent
+    from watchdog.sources.replay.frame import Recording
+    from watchdog.sources.sim.fast import Chunk
+    from watchdog.sources.sim.source import SimSource
 
 SIM_START = 1_767_225_600.0  # 2026-01-01T00:00:00Z: simulated recordings start here
 
@@ -19,7 +28,7 @@ SIM_CHUNK_TICKS = 1024  # ticks per simulated chunk: flat memory, progress withi
 
 def simulate(spec: str, *, duration: float, interval: float = 1.0, gpus: int = 8,
              model: str = "h100-sxm", seed: int = 0, host: str | None = None,
-             start: float = SIM_START) -> tuple[Any, Any]:
+             start: float = SIM_START) -> tuple[Recording, SimSource]:
     """Generate a recording of ``duration`` s from the simulated node (``sim:…`` spec).
 
     Returns ``(Recording, SimSource)``; the source's ``ground_truth()`` says what was
@@ -47,7 +56,7 @@ def simulate(spec: str, *, duration: float, interval: float = 1.0, gpus: int = 8
 def simulate_chunks(spec: str, *, duration: float, interval: float = 1.0, gpus: int = 8,
                     model: str = "h100-sxm", seed: int = 0, host: str | None = None,
                     start: float = SIM_START, chunk_ticks: int | None = None
-                    ) -> tuple[Any, Any]:
+                    ) -> tuple[SimSource, Iterator[Chunk]]:
     """The simulated node and an iterator of ``(frame, xids)`` chunks of ``chunk_ticks``
     (default :data:`SIM_CHUNK_TICKS`) ticks each (the frame contract of
     :class:`~watchdog.sources.replay.Recording`).
@@ -67,7 +76,8 @@ def simulate_chunks(spec: str, *, duration: float, interval: float = 1.0, gpus: 
     return src, _chunks(src, duration, interval, chunk_ticks or SIM_CHUNK_TICKS)
 
 
-def _chunks(src: Any, duration: float, interval: float, chunk_ticks: int) -> Any:
+def _chunks(src: SimSource, duration: float, interval: float, chunk_ticks: int
+            ) -> Iterator[Chunk]:
     """Frames of ``chunk_ticks`` ticks from ``src.run`` (see :func:`simulate_chunks`): a
     faultless node read every second a block at a time (:mod:`watchdog.sources.sim.fast`,
     the same readings), any other node reading by reading."""
@@ -80,7 +90,8 @@ def _chunks(src: Any, duration: float, interval: float, chunk_ticks: int) -> Any
     return _scalar_chunks(src, duration, interval, chunk_ticks)
 
 
-def _scalar_chunks(src: Any, duration: float, interval: float, chunk_ticks: int) -> Any:
+def _scalar_chunks(src: SimSource, duration: float, interval: float, chunk_ticks: int
+                   ) -> Iterator[Chunk]:
     """Frames of ``chunk_ticks`` ticks from ``src.run``, one reading at a time."""
     import numpy as np
     import pandas as pd
@@ -96,7 +107,7 @@ def _scalar_chunks(src: Any, duration: float, interval: float, chunk_ticks: int)
         index: list[int] = []
         lost: list[bool] = []
         cols: dict[str, list[float]] = {name: [] for name in (names or catalogue.NAMES)}
-        xids: list[Any] = []
+        xids: list[XidEvent] = []
         n = 0
         for _t, samples in ticks:
             for smp in samples:
@@ -114,7 +125,7 @@ def _scalar_chunks(src: Any, duration: float, interval: float, chunk_ticks: int)
                 break
         if n == 0:
             return
-        data: dict[str, Any] = {"ts": np.asarray(ts, dtype=np.float64),
+        data: JsonDoc = {"ts": np.asarray(ts, dtype=np.float64),
                                 "uuid": np.asarray(uuids, dtype=object),
                                 "index": np.asarray(index, dtype=np.int64),
                                 "lost": np.asarray(lost, dtype=bool)}

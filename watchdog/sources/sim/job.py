@@ -24,7 +24,7 @@ from __future__ import annotations
 
 from watchdog import reasons as R
 from watchdog.sources.sim import noise
-from watchdog.sources.sim.models import GpuModel
+from watchdog.sources.sim.models import SimulatedGpu
 
 # Job phases (small ints: compared on the hot path).
 STARTUP, TRAIN, CKPT_RANK0, CKPT_PAUSE, CKPT_REMOTE = 0, 1, 2, 3, 4
@@ -88,7 +88,7 @@ class GpuState:
 class TrainingJob:
     """A seeded healthy job on ``n`` GPUs of ``model``; see the module docstring."""
 
-    def __init__(self, model: GpuModel, n: int, seed: int, node: int = 0) -> None:
+    def __init__(self, model: SimulatedGpu, n: int, seed: int, node: int = 0) -> None:
         self.model = model
         self.n = n
         self.seed = seed  # the job: its schedule (start-up, checkpoints, phases) and id

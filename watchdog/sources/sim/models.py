@@ -1,6 +1,6 @@
 """GPU model specifications for the simulated node, with real numbers.
 
-Each :class:`GpuModel` carries what NVML reports for that part (inventory) and the
+Each :class:`SimulatedGpu` carries what NVML reports for that part (inventory) and the
 levels the simulator needs to behave like it (idle and busy power, clocks, thermal
 response). Sources for the numbers:
 
@@ -31,8 +31,10 @@ from watchdog.errors import InputError
 
 
 @dataclass(frozen=True, slots=True)
-class GpuModel:
-    """Static description of one GPU model (see the module docstring for sources)."""
+class SimulatedGpu:
+    """How the simulator plays one GPU model: its inventory and the levels it behaves
+    by (see the module docstring for sources). The figures the rules fall back on for a
+    real GPU are the catalogue's (:class:`watchdog.catalogue.GpuFigures`)."""
 
     key: str
     name: str  # product name as NVML reports it
@@ -63,7 +65,7 @@ class GpuModel:
     bus_ids: tuple[str, ...]  # PCI bus numbers of GPUs 0..7 on a typical server
 
 
-H100_SXM = GpuModel(
+H100_SXM = SimulatedGpu(
     key="h100-sxm", name="NVIDIA H100 80GB HBM3", vbios="96.00.74.00.01",
     memory_total_mib=81559.0, power_limit_w=700.0, power_min_w=200.0, power_max_w=700.0,
     idle_w=78.0, startup_w=130.0, busy_low_w=390.0, busy_high_w=690.0, spin_w=105.0,
@@ -74,7 +76,7 @@ H100_SXM = GpuModel(
     bus_ids=("18", "2A", "3A", "5D", "9A", "AB", "BA", "DB"),
 )
 
-A100_PCIE = GpuModel(
+A100_PCIE = SimulatedGpu(
     key="a100-pcie", name="NVIDIA A100-PCIE-40GB", vbios="92.00.25.00.08",
     memory_total_mib=40960.0, power_limit_w=250.0, power_min_w=150.0, power_max_w=250.0,
     idle_w=35.0, startup_w=58.0, busy_low_w=165.0, busy_high_w=245.0, spin_w=52.0,
@@ -85,10 +87,10 @@ A100_PCIE = GpuModel(
     bus_ids=("01", "25", "41", "61", "81", "A1", "C1", "E1"),
 )
 
-MODELS: dict[str, GpuModel] = {m.key: m for m in (H100_SXM, A100_PCIE)}
+MODELS: dict[str, SimulatedGpu] = {m.key: m for m in (H100_SXM, A100_PCIE)}
 
 
-def get_model(key: str) -> GpuModel:
+def get_model(key: str) -> SimulatedGpu:
     """The model called ``key``; :class:`InputError` lists the valid ones."""
     try:
         return MODELS[key.strip().lower()]
@@ -98,7 +100,7 @@ def get_model(key: str) -> GpuModel:
             f"(valid: {', '.join(sorted(MODELS))})") from None
 
 
-def pci_bus_id(model: GpuModel, index: int) -> str:
+def pci_bus_id(model: SimulatedGpu, index: int) -> str:
     """NVML-style bus id (``00000000:18:00.0``); GPUs past the 8th go to the next domain."""
     domain, slot = divmod(index, len(model.bus_ids))
     return f"{domain:08X}:{model.bus_ids[slot]}:00.0"

@@ -42,14 +42,6 @@ def uniform(lo: float, hi: float, seed: int, *parts: int) -> float:
     return lo + (hi - lo) * unit(seed, *parts)
 
 
-def gauss(seed: int, *parts: int) -> float:
-    """Standard normal for the given keys (Box-Muller on two derived uniforms)."""
-    h = key(seed, *parts)
-    u1 = ((h >> 11) + 1) * _INV  # (0, 1]
-    u2 = (mix(h) >> 11) * _INV
-    return math.sqrt(-2.0 * math.log(u1)) * math.cos(2.0 * math.pi * u2)
-
-
 def unit_at(base: int, tk: int) -> float:
     """Uniform in [0, 1) for a precomputed ``base = key(seed, stream, gpu)`` and tick ``tk``:
     one mix per draw on the hot path instead of one per key part."""

@@ -23,13 +23,20 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Iterator
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING
 
 import numpy as np
 
 from watchdog import reasons as R
 from watchdog.sources.sim import fast, noise
 from watchdog.sources.sim import job as J
+from watchdog.sources.sim.models import SimulatedGpu
+from watchdog.untyped import Array
+
+if TYPE_CHECKING:
+    import pandas as pd
+
+    from watchdog.sources.sim.source import SimSource
 
 _S_SEG, _S_LEN, _S_KIND, _S_POW, _S_PREC, _S_HOLD, _S_USE, _S_CK, _S_CKL, _S_SU = range(
     40, 50)
@@ -46,7 +53,7 @@ class Segment:
     start_s: float
     end_s: float
     kind: str
-    job: Any = None
+    job: VariantJob | None = None
     gpus: tuple[int, ...] = ()
 
 
@@ -115,11 +122,11 @@ class Schedule:
         """Start of every job after the first (s since the node's start)."""
         return [s.start_s for s in self.segments if s.kind == "job" and s.start_s > 0]
 
-    def states(self, t: np.ndarray) -> dict[str, np.ndarray]:
+    def states(self, t: Array) -> dict[str, Array]:
         """Every GPU's state at times ``t`` (s since start), as ``fast._states`` gives."""
         base = self.base
         m, n = base.model, base.n
-        parts: list[dict[str, np.ndarray]] = []
+        parts: list[dict[str, Array]] = []
         i = 0
         while i < len(t):
             seg = self.at(float(t[i]))
@@ -129,9 +136,10 @@ class Schedule:
             i = j
         return {k: np.concatenate([p[k] for p in parts]) for k in parts[0]}
 
-    def _segment(self, seg: Segment, t: np.ndarray, m: Any, n: int) -> dict[str, np.ndarray]:
+    def _segment(self, seg: Segment, t: Array, m: SimulatedGpu, n: int) -> dict[str, Array]:
         idle = self._idle(t, m, n, 0.005)
         if seg.kind == "job":
+            assert seg.job is not None  # a job segment has its job
             st = fast._states(seg.job, t - seg.start_s)
             off = [g for g in range(n) if g not in seg.gpus]
             for name in st:
@@ -141,7 +149,7 @@ class Schedule:
             return idle
         return self._inference(t, m, n)
 
-    def _idle(self, t: np.ndarray, m: Any, n: int, mem: float) -> dict[str, np.ndarray]:
+    def _idle(self, t: Array, m: SimulatedGpu, n: int, mem: float) -> dict[str, Array]:
         shape = (len(t), n)
         tk = np.floor(t * 10.0 + 1e-6).astype(np.int64)[:, None]
         u = fast.unit_at(np.array(self.base._b_pow, dtype=np.uint64), tk)
@@ -154,7 +162,7 @@ class Schedule:
                 "pcie_tx": 1.0e3 * u, "pcie_rx": 1.0e3 * u,
                 "reasons": np.full(shape, R.GPU_IDLE, dtype=np.int64)}
 
-    def _inference(self, t: np.ndarray, m: Any, n: int) -> dict[str, np.ndarray]:
+    def _inference(self, t: Array, m: SimulatedGpu, n: int) -> dict[str, Array]:
         """An inference server: short bursts of work (mean utilization ~20 %)."""
         st = self._idle(t, m, n, 0.7)
         tk = np.floor(t * 10.0 + 1e-6).astype(np.int64)[:, None]
@@ -169,13 +177,13 @@ class Schedule:
         return st
 
 
-def chunks(src: Any, schedule: Schedule, duration: float, chunk_ticks: int,
-           names: list[str]) -> Iterator[Any]:
+def chunks(src: SimSource, schedule: Schedule, duration: float, chunk_ticks: int,
+           names: list[str]) -> Iterator[pd.DataFrame]:
     """Frames of ``chunk_ticks`` ticks of ``src`` (a faultless
     :class:`~watchdog.sources.sim.SimSource` read every second) running ``schedule``:
     the block path's chunks (:func:`watchdog.sources.sim.fast.chunks`) with the
     schedule's states, which never go back to the scalar path."""
-    def no_scalar(_remaining_s: float) -> Iterator[Any]:
+    def no_scalar(_remaining_s: float) -> Iterator[fast.Chunk]:
         raise RuntimeError("the schedule drove a GPU to its thermal limit")
 
     for frame, _xids in fast.chunks(src, duration, chunk_ticks, names, no_scalar,
@@ -185,7 +193,7 @@ def chunks(src: Any, schedule: Schedule, duration: float, chunk_ticks: int,
 
 def simulate_schedule(gpus: int, model: str, seed: int, hours: float,
                       chunk_ticks: int = 3600, start: float | None = None
-                      ) -> tuple[Any, Schedule, Iterator[Any]]:
+                      ) -> tuple[SimSource, Schedule, Iterator[pd.DataFrame]]:
     """``(source, schedule, frames)`` of a node running its seeded schedule for
     ``hours`` h."""
     from watchdog import catalogue

@@ -18,7 +18,6 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from dataclasses import dataclass, field
-from typing import Any
 
 from watchdog.errors import InputError
 from watchdog.records import DeviceInfo, ProcessInfo, Sample, XidEvent
@@ -29,6 +28,7 @@ from watchdog.sources.sim.job import GpuState, TrainingJob
 from watchdog.sources.sim.models import get_model, pci_bus_id
 from watchdog.sources.sim.node import SimNode
 from watchdog.sources.sim.spec import parse_spec
+from watchdog.untyped import JsonDoc
 
 DRIVER_VERSION = "565.57.01"
 CUDA_VERSION = "12.7"
@@ -47,9 +47,9 @@ class GroundTruth:
     uuids: tuple[str, ...]
     onset: float
     end: float | None
-    params: dict[str, Any] = field(default_factory=dict)
+    params: JsonDoc = field(default_factory=dict)
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self) -> JsonDoc:
         return {"kind": self.kind, "scenario": self.scenario, "gpus": list(self.gpus),
                 "uuids": list(self.uuids), "onset": self.onset, "end": self.end,
                 "params": dict(self.params)}
@@ -232,7 +232,7 @@ class SimSource:
         procs: tuple[ProcessInfo, ...] = ()
         if st.process:
             procs = (ProcessInfo(pid=self.job.pids[g], name="python",
-                                 used_memory_mib=max(0.0, values["memory.used"] - 1.0),
+                                 used_memory_mib=max(0.0, (values["memory.used"] or 0.0) - 1.0),
                                  job_id=self.job.slurm_job_id, serving=st.serving),)
         values["processes.serving"] = serving_value(procs)
         return Sample(ts=now, uuid=uuid, index=g, values=values, processes=procs, xids=xids)

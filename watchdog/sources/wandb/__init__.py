@@ -20,19 +20,23 @@ the file's stem, never the metadata's host name, which is private).
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from watchdog.sources.wandb.assemble import WandbRecording
 
 __all__ = ["host_of", "read_run", "read_table", "runs_in"]
 
 
-def read_run(path: str, host: str | None = None, data: bytes | None = None) -> Any:
+def read_run(path: str, host: str | None = None, data: bytes | None = None
+             ) -> WandbRecording:
     """See :func:`.assemble.read_run`."""
     from watchdog.sources.wandb.assemble import read_run as read
 
     return read(path, host=host, data=data)
 
 
-def read_table(path: str, data: bytes, host: str | None = None) -> Any:
+def read_table(path: str, data: bytes, host: str | None = None) -> WandbRecording:
     """See :func:`.assemble.read_table`."""
     from watchdog.sources.wandb.assemble import read_table as read
 

@@ -13,6 +13,7 @@ from watchdog.sources.replay.frame import Recording, build, standin_uuid
 from watchdog.sources.wandb import meta as meta_mod
 from watchdog.sources.wandb.console import ConsoleLine
 from watchdog.sources.wandb.convert import MAX_ROWS, Samples, columns, metrics_of
+from watchdog.untyped import Array
 
 
 @dataclass
@@ -72,7 +73,7 @@ def _recording(path: str, host: str, samples: Samples, gm: meta_mod.GpuMeta,
     if len(t) * len(gpus) > MAX_ROWS:
         raise InputError(f"{path}: {len(t)} readings x {len(gpus)} GPUs is over "
                          f"{MAX_ROWS} rows: not replayed")
-    per_gpu: list[dict[str, np.ndarray]] = []
+    per_gpu: list[dict[str, Array]] = []
     names: set[str] = set()
     for g in gpus:
         mine = {k: v for (gg, k), v in cols.items() if gg == g}
@@ -80,7 +81,9 @@ def _recording(path: str, host: str, samples: Samples, gm: meta_mod.GpuMeta,
         per_gpu.append(m)
         names |= set(m)
     order = [n for n in _CATALOGUE_ORDER if n in names]
-    ts_parts, idx_parts, col_parts = [], [], {n: [] for n in order}
+    ts_parts: list[Array] = []
+    idx_parts: list[Array] = []
+    col_parts: dict[str, list[Array]] = {n: [] for n in order}
     for g, m in zip(gpus, per_gpu, strict=True):
         have = np.zeros(len(t), dtype=bool)
         for v in m.values():

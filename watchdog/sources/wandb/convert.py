@@ -39,6 +39,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from watchdog.errors import InputError
+from watchdog.untyped import Array
 
 #: Highest GPU index read (0-1023); a key naming a higher one is counted and dropped.
 MAX_GPUS = 1024
@@ -152,7 +153,7 @@ def _number(raw: str | float | bytes) -> float | None:
     return v if math.isfinite(v) else None
 
 
-def _ticks(ts: np.ndarray, keys_of: list[set[tuple[int, str]]]) -> np.ndarray:
+def _ticks(ts: Array, keys_of: list[set[tuple[int, str]]]) -> Array:
     """The tick number of every record: consecutive records within :data:`MERGE_S` of
     their tick's first record, none repeating a key of the tick, share a tick."""
     tick = np.zeros(len(ts), dtype=np.int64)
@@ -169,7 +170,7 @@ def _ticks(ts: np.ndarray, keys_of: list[set[tuple[int, str]]]) -> np.ndarray:
     return tick
 
 
-def columns(s: Samples) -> tuple[np.ndarray, dict[tuple[int, str], np.ndarray]]:
+def columns(s: Samples) -> tuple[Array, dict[tuple[int, str], Array]]:
     """``(tick times, {(gpu, key): values per tick})`` with records merged into ticks
     (:data:`MERGE_S`); NaN where a tick has no value."""
     ts = np.round(np.asarray(s.ts, dtype=np.float64), 3)  # W&B times to the millisecond
@@ -182,9 +183,10 @@ def columns(s: Samples) -> tuple[np.ndarray, dict[tuple[int, str], np.ndarray]]:
     m = int(tick[-1]) + 1 if n else 0
     t_out = np.full(m, np.nan)
     # a tick's time is its first record's
-    first = np.flatnonzero(np.concatenate(([True], np.diff(tick) > 0))) if n else []
+    first: Array = np.flatnonzero(np.concatenate(([True], np.diff(tick) > 0))) if n \
+        else np.zeros(0, dtype=np.int64)
     t_out[:] = ts[first] if n else t_out
-    out: dict[tuple[int, str], np.ndarray] = {}
+    out: dict[tuple[int, str], Array] = {}
     for key, pairs in s.values.items():
         col = np.full(m, np.nan)
         rows = np.fromiter((r for r, _ in pairs), dtype=np.int64, count=len(pairs))
@@ -194,10 +196,10 @@ def columns(s: Samples) -> tuple[np.ndarray, dict[tuple[int, str], np.ndarray]]:
     return t_out, out
 
 
-def metrics_of(cols: dict[str, np.ndarray], total_mib: float | None
-               ) -> dict[str, np.ndarray]:
+def metrics_of(cols: dict[str, Array], total_mib: float | None
+               ) -> dict[str, Array]:
     """One GPU's catalogue columns from its W&B keys (``cols``: key -> values per tick)."""
-    out: dict[str, np.ndarray] = {}
+    out: dict[str, Array] = {}
     for key, name in DIRECT.items():
         if key in cols:
             out[name] = cols[key]
@@ -217,7 +219,7 @@ def metrics_of(cols: dict[str, np.ndarray], total_mib: float | None
     return out
 
 
-def _total_mib(used_b: np.ndarray | None, pct: np.ndarray | None) -> float | None:
+def _total_mib(used_b: Array | None, pct: Array | None) -> float | None:
     """The framebuffer size (MiB) that bytes and percent imply: the median of bytes /
     percent over the ticks with percent >= 1 (below, rounding dominates)."""
     if used_b is None or pct is None:

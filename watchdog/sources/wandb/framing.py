@@ -27,6 +27,7 @@ The caller decides what is fatal (a file with no system metrics at all).
 
 from __future__ import annotations
 
+import mmap
 import struct
 import zlib
 from collections.abc import Iterator
@@ -66,7 +67,7 @@ class Frames:
     """The payloads of a run file, in order (:meth:`payloads`), and what was skipped."""
 
     path: str
-    data: bytes | memoryview
+    data: bytes | memoryview | mmap.mmap
     damaged: int = 0  # blocks (or their rests) skipped for a bad header, type or CRC
     first_damage: int | None = None  # byte offset of the first skipped piece
     too_big: int = 0  # payloads over MAX_PAYLOAD, dropped

@@ -20,7 +20,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 
 OUTPUT, STATS, OUTPUT_RAW, RUN, EXIT = 4, 7, 13, 17, 18
-KINDS = frozenset({OUTPUT, STATS, OUTPUT_RAW, RUN, EXIT})
+RECORD_TYPES = frozenset({OUTPUT, STATS, OUTPUT_RAW, RUN, EXIT})
 #: Items of one stats record: 1,024 GPUs of about 15 keys each, with room to spare.
 MAX_ITEMS = 65536
 
@@ -80,10 +80,10 @@ def fields(b: bytes) -> Iterator[tuple[int, int | bytes]]:
 
 
 def record(b: bytes) -> tuple[int, bytes] | None:
-    """The type of a ``Record`` among :data:`KINDS` and its message, or None (another
+    """The type of a ``Record`` among :data:`RECORD_TYPES` and its message, or None (another
     type: history, config, files...)."""
     for num, v in fields(b):
-        if num in KINDS and isinstance(v, bytes):
+        if num in RECORD_TYPES and isinstance(v, bytes):
             return num, v
     return None
 

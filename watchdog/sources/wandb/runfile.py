@@ -44,8 +44,8 @@ def read(path: str, data: bytes | None = None) -> RunFile:
         with open(path, "rb") as f:
             size = os.fstat(f.fileno()).st_size
             check_header(path, f.read(7))
-            with mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ) as data:
-                return _scan(path, data)
+            with mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ) as mapped:
+                return _scan(path, mapped)
     except OSError as e:
         raise InputError(f"{path}: {e.strerror or e}") from None
     except ValueError as e:  # mmap of an empty file (size checked by check_header)

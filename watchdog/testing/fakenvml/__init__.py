@@ -18,8 +18,8 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Callable
-from typing import Any
 
+from watchdog.testing.fakenvml.ctypesfill import CArg
 from watchdog.testing.fakenvml.library import FUNCTIONS, FakeNvml
 from watchdog.testing.fakenvml.scenarios import (
     SCENARIOS,
@@ -30,16 +30,17 @@ from watchdog.testing.fakenvml.scenarios import (
     get,
     load,
 )
+from watchdog.untyped import JsonDoc
 
 __all__ = ["FUNCTIONS", "SCENARIOS", "Blocking", "FakeNvml", "GpuSpec", "Scenario", "from_dict",
            "get", "install", "installed", "load", "uninstall"]
 
 _lock = threading.Lock()
-_saved: dict[str, Any] | None = None
+_saved: JsonDoc | None = None
 _current: FakeNvml | None = None
 
 
-def _no_library(*_args: Any, **_kwargs: Any) -> Any:
+def _no_library(*_args: CArg, **_kwargs: CArg) -> CArg:
     raise OSError("libnvidia-ml.so.1: cannot open shared object file: No such file or directory")
 
 

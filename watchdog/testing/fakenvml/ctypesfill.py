@@ -9,32 +9,40 @@ dereferences a handle: it stores a small integer in the pointer's bytes and read
 from __future__ import annotations
 
 import ctypes
-from typing import Any
+from collections.abc import Callable
+from typing import Any, TypeAlias
+
+#: An argument as nvidia-ml-py passes it to a C entry point (``byref(x)``, a ctypes array
+#: or string buffer, a ``c_uint``, a pointer handle) or the ctypes object it points at:
+#: ctypes' objects are built at run time from the binding's own structures.
+CArg: TypeAlias = Any  # type: ignore[explicit-any]  # see above
+#: A C entry point of the fake: called with the binding's arguments, returns a status code.
+CEntry: TypeAlias = Callable[..., Any]  # type: ignore[explicit-any]  # as CArg
 
 HANDLE_BASE = 0x6E760000  # "nv" + index: fake addresses, never dereferenced
 
 
-def target(arg: Any) -> Any:
+def target(arg: CArg) -> CArg:
     """The object an output argument points at (``byref(x)`` -> ``x``; arrays as given)."""
     return getattr(arg, "_obj", arg)
 
 
-def as_int(arg: Any) -> int:
+def as_int(arg: CArg) -> int:
     """An input scalar passed as ``c_uint(...)``/enum object or as a plain int."""
-    return int(getattr(arg, "value", arg))
+    return int(arg.value if hasattr(arg, "value") else arg)
 
 
-def set_value(arg: Any, value: int | float) -> None:
+def set_value(arg: CArg, value: int | float) -> None:
     """Store ``value`` into the scalar ``arg`` points at (``byref(c_uint())`` ...)."""
     target(arg).value = value
 
 
-def set_pointer(arg: Any, address: int) -> None:
+def set_pointer(arg: CArg, address: int) -> None:
     """Write ``address`` into the pointer object ``arg`` points at (a new handle)."""
     ctypes.c_void_p.from_buffer(target(arg)).value = address
 
 
-def pointer_value(handle: Any) -> int | None:
+def pointer_value(handle: CArg) -> int | None:
     """The address stored in a pointer handle (``None`` for NULL)."""
     if handle is None:
         return None
@@ -43,7 +51,7 @@ def pointer_value(handle: Any) -> int | None:
     return ctypes.c_void_p.from_buffer(target(handle)).value
 
 
-def write_string(buf: Any, size: Any, text: str | bytes) -> bool:
+def write_string(buf: CArg, size: CArg, text: str | bytes) -> bool:
     """Copy ``text`` NUL-terminated into a ``create_string_buffer``; False if it won't fit."""
     raw = text.encode() if isinstance(text, str) else text
     if len(raw) + 1 > min(as_int(size), len(buf)):

@@ -7,9 +7,8 @@ NOT_SUPPORTED and scripted blocking happens in ``FakeNvml._dispatch`` before the
 
 from __future__ import annotations
 
-from typing import Any
-
 from watchdog.testing.fakenvml import ctypesfill as cf
+from watchdog.testing.fakenvml.ctypesfill import CArg
 from watchdog.testing.fakenvml.scenarios import GpuSpec, MiB, readings
 
 OK = 0
@@ -32,13 +31,13 @@ _VALUE_MEMBER = {0: "dVal", 1: "uiVal", 3: "ullVal"}
 class DeviceFns:
     """Mixin: needs ``device(handle)``, ``elapsed()`` from the library state."""
 
-    def device(self, handle: Any) -> tuple[int, GpuSpec]:
+    def device(self, handle: CArg) -> tuple[int, GpuSpec]:
         raise NotImplementedError
 
     def elapsed(self) -> float:
         raise NotImplementedError
 
-    def _now(self, handle: Any) -> tuple[int, GpuSpec, dict[str, float]]:
+    def _now(self, handle: CArg) -> tuple[int, GpuSpec, dict[str, float]]:
         i, g = self.device(handle)
         t = self.elapsed()
         cache: dict[int, tuple[float, dict[str, float]]] = self.__dict__.setdefault("_cache", {})
@@ -51,32 +50,32 @@ class DeviceFns:
         cache[i] = (t, r)
         return i, g, r
 
-    def _put(self, handle: Any, out: Any, key: str) -> int:
+    def _put(self, handle: CArg, out: CArg, key: str) -> int:
         cf.set_value(out, int(self._now(handle)[2][key]))
         return OK
 
-    def _string(self, handle: Any, buf: Any, size: Any, attr: str) -> int:
+    def _string(self, handle: CArg, buf: CArg, size: CArg, attr: str) -> int:
         _, g = self.device(handle)
         return OK if cf.write_string(buf, size, getattr(g, attr)) else INSUFFICIENT_SIZE
 
     # --- inventory ------------------------------------------------------------------------
-    def nvmlDeviceGetName(self, h: Any, buf: Any, size: Any) -> int:
+    def nvmlDeviceGetName(self, h: CArg, buf: CArg, size: CArg) -> int:
         return self._string(h, buf, size, "name")
 
-    def nvmlDeviceGetUUID(self, h: Any, buf: Any, size: Any) -> int:
+    def nvmlDeviceGetUUID(self, h: CArg, buf: CArg, size: CArg) -> int:
         return self._string(h, buf, size, "uuid")
 
-    def nvmlDeviceGetSerial(self, h: Any, buf: Any, size: Any) -> int:
+    def nvmlDeviceGetSerial(self, h: CArg, buf: CArg, size: CArg) -> int:
         return self._string(h, buf, size, "serial")
 
-    def nvmlDeviceGetVbiosVersion(self, h: Any, buf: Any, size: Any) -> int:
+    def nvmlDeviceGetVbiosVersion(self, h: CArg, buf: CArg, size: CArg) -> int:
         return self._string(h, buf, size, "vbios")
 
-    def nvmlDeviceGetIndex(self, h: Any, out: Any) -> int:
+    def nvmlDeviceGetIndex(self, h: CArg, out: CArg) -> int:
         cf.set_value(out, self.device(h)[0])
         return OK
 
-    def nvmlDeviceGetPciInfo_v3(self, h: Any, out: Any) -> int:
+    def nvmlDeviceGetPciInfo_v3(self, h: CArg, out: CArg) -> int:
         _, g = self.device(h)
         info = cf.target(out)
         dom, bus, rest = g.pci_bus_id.split(":")
@@ -86,27 +85,27 @@ class DeviceFns:
         info.pciDeviceId = 0x233010DE
         return OK
 
-    def nvmlDeviceGetPowerManagementLimitConstraints(self, h: Any, lo: Any, hi: Any) -> int:
+    def nvmlDeviceGetPowerManagementLimitConstraints(self, h: CArg, lo: CArg, hi: CArg) -> int:
         _, g = self.device(h)
         cf.set_value(lo, g.power_min_mw)
         cf.set_value(hi, g.power_max_mw)
         return OK
 
-    def nvmlDeviceGetPowerManagementDefaultLimit(self, h: Any, out: Any) -> int:
+    def nvmlDeviceGetPowerManagementDefaultLimit(self, h: CArg, out: CArg) -> int:
         cf.set_value(out, self.device(h)[1].power_limit_mw)
         return OK
 
-    def nvmlDeviceGetEnforcedPowerLimit(self, h: Any, out: Any) -> int:
+    def nvmlDeviceGetEnforcedPowerLimit(self, h: CArg, out: CArg) -> int:
         cf.set_value(out, self.device(h)[1].power_limit_mw)
         return OK
 
-    def nvmlDeviceGetMaxClockInfo(self, h: Any, kind: Any, out: Any) -> int:
+    def nvmlDeviceGetMaxClockInfo(self, h: CArg, kind: CArg, out: CArg) -> int:
         _, g = self.device(h)
         k = cf.as_int(kind)
         cf.set_value(out, g.max_mem_mhz if k == 2 else g.max_sm_mhz)
         return OK
 
-    def nvmlDeviceGetTemperatureThreshold(self, h: Any, which: Any, out: Any) -> int:
+    def nvmlDeviceGetTemperatureThreshold(self, h: CArg, which: CArg, out: CArg) -> int:
         _, g = self.device(h)
         table = {0: g.temp_shutdown, 1: g.temp_slowdown, 3: g.temp_gpu_max, 2: 95}
         w = cf.as_int(which)
@@ -115,28 +114,28 @@ class DeviceFns:
         cf.set_value(out, table[w])
         return OK
 
-    def nvmlDeviceGetMigMode(self, h: Any, current: Any, pending: Any) -> int:
+    def nvmlDeviceGetMigMode(self, h: CArg, current: CArg, pending: CArg) -> int:
         self.device(h)
         cf.set_value(current, 0)
         cf.set_value(pending, 0)
         return OK
 
-    def nvmlDeviceGetMaxPcieLinkGeneration(self, h: Any, out: Any) -> int:
+    def nvmlDeviceGetMaxPcieLinkGeneration(self, h: CArg, out: CArg) -> int:
         cf.set_value(out, self.device(h)[1].pcie_max_gen)
         return OK
 
-    def nvmlDeviceGetMaxPcieLinkWidth(self, h: Any, out: Any) -> int:
+    def nvmlDeviceGetMaxPcieLinkWidth(self, h: CArg, out: CArg) -> int:
         cf.set_value(out, self.device(h)[1].pcie_max_width)
         return OK
 
     # --- readings -------------------------------------------------------------------------
-    def nvmlDeviceGetUtilizationRates(self, h: Any, out: Any) -> int:
+    def nvmlDeviceGetUtilizationRates(self, h: CArg, out: CArg) -> int:
         r = self._now(h)[2]
         u = cf.target(out)
         u.gpu, u.memory = int(r["util_gpu"]), int(r["util_mem"])
         return OK
 
-    def _memory(self, h: Any, out: Any, v2: bool) -> int:
+    def _memory(self, h: CArg, out: CArg, v2: bool) -> int:
         _, g, r = self._now(h)
         m = cf.target(out)
         total = g.memory_total_mib * MiB
@@ -147,40 +146,40 @@ class DeviceFns:
             m.reserved = reserved
         return OK
 
-    def nvmlDeviceGetMemoryInfo(self, h: Any, out: Any) -> int:
+    def nvmlDeviceGetMemoryInfo(self, h: CArg, out: CArg) -> int:
         return self._memory(h, out, v2=False)
 
-    def nvmlDeviceGetMemoryInfo_v2(self, h: Any, out: Any) -> int:
+    def nvmlDeviceGetMemoryInfo_v2(self, h: CArg, out: CArg) -> int:
         return self._memory(h, out, v2=True)
 
-    def nvmlDeviceGetPowerUsage(self, h: Any, out: Any) -> int:
+    def nvmlDeviceGetPowerUsage(self, h: CArg, out: CArg) -> int:
         return self._put(h, out, "power_mw")
 
-    def nvmlDeviceGetTotalEnergyConsumption(self, h: Any, out: Any) -> int:
+    def nvmlDeviceGetTotalEnergyConsumption(self, h: CArg, out: CArg) -> int:
         return self._put(h, out, "energy_mj")
 
-    def nvmlDeviceGetTemperature(self, h: Any, sensor: Any, out: Any) -> int:
+    def nvmlDeviceGetTemperature(self, h: CArg, sensor: CArg, out: CArg) -> int:
         return self._put(h, out, "temp_gpu")
 
-    def nvmlDeviceGetFanSpeed(self, h: Any, out: Any) -> int:
+    def nvmlDeviceGetFanSpeed(self, h: CArg, out: CArg) -> int:
         if not self.device(h)[1].fan:
             return NOT_SUPPORTED
         return self._put(h, out, "fan")
 
-    def nvmlDeviceGetClockInfo(self, h: Any, kind: Any, out: Any) -> int:
+    def nvmlDeviceGetClockInfo(self, h: CArg, kind: CArg, out: CArg) -> int:
         key = {0: "gr_mhz", 1: "sm_mhz", 2: "mem_mhz"}.get(cf.as_int(kind))
         return self._put(h, out, key) if key else NOT_SUPPORTED
 
-    def nvmlDeviceGetCurrentClocksEventReasons(self, h: Any, out: Any) -> int:
+    def nvmlDeviceGetCurrentClocksEventReasons(self, h: CArg, out: CArg) -> int:
         return self._put(h, out, "reasons")
 
-    def nvmlDeviceGetCurrentClocksThrottleReasons(self, h: Any, out: Any) -> int:
+    def nvmlDeviceGetCurrentClocksThrottleReasons(self, h: CArg, out: CArg) -> int:
         return self._put(h, out, "reasons")
 
-    def nvmlDeviceGetPerformanceState(self, h: Any, out: Any) -> int:
+    def nvmlDeviceGetPerformanceState(self, h: CArg, out: CArg) -> int:
         return self._put(h, out, "pstate")
 
-    def nvmlDeviceGetViolationStatus(self, h: Any, policy: Any, out: Any) -> int:
+    def nvmlDeviceGetViolationStatus(self, h: CArg, policy: CArg, out: CArg) -> int:
         key = {0: "viol_power_ns", 1: "viol_thermal_ns", 2: "viol_sync_ns",
                5: "viol_reliability_ns"}.get(cf.as_int(policy))
         if key is None:
@@ -190,53 +189,53 @@ class DeviceFns:
         v.referenceTime, v.violationTime = int(self.elapsed() * 1e9) + 1, int(r[key])
         return OK
 
-    def nvmlDeviceGetTotalEccErrors(self, h: Any, etype: Any, ctype: Any, out: Any) -> int:
+    def nvmlDeviceGetTotalEccErrors(self, h: CArg, etype: CArg, ctype: CArg, out: CArg) -> int:
         r = self._now(h)[2]
         unc, agg = cf.as_int(etype) == 1, cf.as_int(ctype) == 1
         key = ("ecc_dbe_agg" if agg else "ecc_dbe_vol") if unc else "ecc_sbe_vol"
         cf.set_value(out, int(r[key]))
         return OK
 
-    def nvmlDeviceGetRetiredPagesPendingStatus(self, h: Any, out: Any) -> int:
+    def nvmlDeviceGetRetiredPagesPendingStatus(self, h: CArg, out: CArg) -> int:
         return self._put(h, out, "retired_pending")
 
-    def nvmlDeviceGetRetiredPages(self, h: Any, cause: Any, count: Any, pages: Any) -> int:
+    def nvmlDeviceGetRetiredPages(self, h: CArg, cause: CArg, count: CArg, pages: CArg) -> int:
         _, g = self.device(h)
         if g.name.startswith("NVIDIA H100") or g.name.startswith("NVIDIA A100"):
             return NOT_SUPPORTED  # page retirement is replaced by row remapping
         cf.set_value(count, 0)
         return OK
 
-    def nvmlDeviceGetRemappedRows(self, h: Any, cor: Any, unc: Any, pend: Any,
-                                  fail: Any) -> int:
+    def nvmlDeviceGetRemappedRows(self, h: CArg, cor: CArg, unc: CArg, pend: CArg,
+                                  fail: CArg) -> int:
         r = self._now(h)[2]
         for out, key in ((cor, "remap_cor"), (unc, "remap_unc"), (pend, "remap_pending"),
                          (fail, "remap_failure")):
             cf.set_value(out, int(r[key]))
         return OK
 
-    def nvmlDeviceGetCurrPcieLinkGeneration(self, h: Any, out: Any) -> int:
+    def nvmlDeviceGetCurrPcieLinkGeneration(self, h: CArg, out: CArg) -> int:
         return self._put(h, out, "pcie_gen")
 
-    def nvmlDeviceGetCurrPcieLinkWidth(self, h: Any, out: Any) -> int:
+    def nvmlDeviceGetCurrPcieLinkWidth(self, h: CArg, out: CArg) -> int:
         return self._put(h, out, "pcie_width")
 
-    def nvmlDeviceGetPcieReplayCounter(self, h: Any, out: Any) -> int:
+    def nvmlDeviceGetPcieReplayCounter(self, h: CArg, out: CArg) -> int:
         return self._put(h, out, "pcie_replay")
 
-    def nvmlDeviceGetPcieThroughput(self, h: Any, counter: Any, out: Any) -> int:
+    def nvmlDeviceGetPcieThroughput(self, h: CArg, counter: CArg, out: CArg) -> int:
         return self._put(h, out, "pcie_rx_kbs" if cf.as_int(counter) == 1 else "pcie_tx_kbs")
 
-    def nvmlDeviceGetEncoderUtilization(self, h: Any, util: Any, period: Any) -> int:
+    def nvmlDeviceGetEncoderUtilization(self, h: CArg, util: CArg, period: CArg) -> int:
         self.device(h)
         cf.set_value(util, 0)
         cf.set_value(period, 167_000)
         return OK
 
-    def nvmlDeviceGetDecoderUtilization(self, h: Any, util: Any, period: Any) -> int:
+    def nvmlDeviceGetDecoderUtilization(self, h: CArg, util: CArg, period: CArg) -> int:
         return self.nvmlDeviceGetEncoderUtilization(h, util, period)
 
-    def nvmlDeviceGetFieldValues(self, h: Any, count: Any, values: Any) -> int:
+    def nvmlDeviceGetFieldValues(self, h: CArg, count: CArg, values: CArg) -> int:
         _, g, r = self._now(h)
         arr = cf.target(values)
         ts = int((self.elapsed()) * 1e6)
@@ -255,7 +254,7 @@ class DeviceFns:
         return OK
 
     # --- processes ------------------------------------------------------------------------
-    def _procs(self, h: Any, count: Any, infos: Any) -> int:
+    def _procs(self, h: CArg, count: CArg, infos: CArg) -> int:
         _, g = self.device(h)
         n = len(g.processes)
         have = cf.target(count).value
@@ -270,16 +269,16 @@ class DeviceFns:
             p.gpuInstanceId = p.computeInstanceId = 0xFFFFFFFF
         return OK
 
-    def nvmlDeviceGetComputeRunningProcesses_v3(self, h: Any, count: Any, infos: Any) -> int:
+    def nvmlDeviceGetComputeRunningProcesses_v3(self, h: CArg, count: CArg, infos: CArg) -> int:
         return self._procs(h, count, infos)
 
-    def nvmlDeviceGetComputeRunningProcesses_v2(self, h: Any, count: Any, infos: Any) -> int:
+    def nvmlDeviceGetComputeRunningProcesses_v2(self, h: CArg, count: CArg, infos: CArg) -> int:
         return self._procs(h, count, infos)
 
-    def nvmlDeviceGetGraphicsRunningProcesses_v3(self, h: Any, count: Any, infos: Any) -> int:
+    def nvmlDeviceGetGraphicsRunningProcesses_v3(self, h: CArg, count: CArg, infos: CArg) -> int:
         self.device(h)
         cf.set_value(count, 0)
         return OK
 
-    def nvmlDeviceGetGraphicsRunningProcesses_v2(self, h: Any, count: Any, infos: Any) -> int:
+    def nvmlDeviceGetGraphicsRunningProcesses_v2(self, h: CArg, count: CArg, infos: CArg) -> int:
         return self.nvmlDeviceGetGraphicsRunningProcesses_v3(h, count, infos)

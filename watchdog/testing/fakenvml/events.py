@@ -11,9 +11,9 @@ from the readings at the later sample's time, as real GPM averages over the inte
 from __future__ import annotations
 
 import threading
-from typing import Any
 
 from watchdog.testing.fakenvml import ctypesfill as cf
+from watchdog.testing.fakenvml.ctypesfill import CArg
 from watchdog.testing.fakenvml.scenarios import GpuSpec, Scenario, readings
 
 OK = 0
@@ -32,27 +32,28 @@ class EventFns:
     lock: threading.Lock
     event_sets: dict[int, set[int]]
     delivered: set[int]
+    wait_ms: list[int]
     gpm_samples: dict[int, tuple[int, float] | None]
     _event_wake = threading.Event()  # never set: a wait on it is a plain blocking sleep
 
     def new_id(self) -> int:
         raise NotImplementedError
 
-    def device(self, handle: Any) -> tuple[int, GpuSpec]:
+    def device(self, handle: CArg) -> tuple[int, GpuSpec]:
         raise NotImplementedError
 
     def elapsed(self) -> float:
         raise NotImplementedError
 
     # --- events ---------------------------------------------------------------------------
-    def nvmlEventSetCreate(self, out: Any) -> int:
+    def nvmlEventSetCreate(self, out: CArg) -> int:
         sid = self.new_id()
         with self.lock:
             self.event_sets[sid] = set()
         cf.set_pointer(out, sid)
         return OK
 
-    def nvmlDeviceRegisterEvents(self, h: Any, types: Any, event_set: Any) -> int:
+    def nvmlDeviceRegisterEvents(self, h: CArg, types: CArg, event_set: CArg) -> int:
         i, _ = self.device(h)
         if not self.scenario.events_supported:
             return NOT_SUPPORTED
@@ -74,10 +75,11 @@ class EventFns:
                     return k, gpu, code
         return None
 
-    def nvmlEventSetWait_v2(self, event_set: Any, data: Any, timeoutms: Any) -> int:
+    def nvmlEventSetWait_v2(self, event_set: CArg, data: CArg, timeoutms: CArg) -> int:
         sid = cf.pointer_value(event_set)
         if sid not in self.event_sets:
             return INVALID_ARGUMENT
+        self.wait_ms.append(cf.as_int(timeoutms))
         remaining = cf.as_int(timeoutms) / 1000.0
         while True:
             hit = self._due(sid)
@@ -104,30 +106,31 @@ class EventFns:
             return any(k not in self.delivered and gpu in gpus
                        for k, (_, gpu, _) in enumerate(self.scenario.xids))
 
-    def nvmlEventSetFree(self, event_set: Any) -> int:
+    def nvmlEventSetFree(self, event_set: CArg) -> int:
         with self.lock:
-            return OK if self.event_sets.pop(cf.pointer_value(event_set), None) is not None \
+            sid = cf.pointer_value(event_set)
+            return OK if sid is not None and self.event_sets.pop(sid, None) is not None \
                 else INVALID_ARGUMENT
 
     # --- GPM ------------------------------------------------------------------------------
-    def nvmlGpmQueryDeviceSupport(self, h: Any, out: Any) -> int:
+    def nvmlGpmQueryDeviceSupport(self, h: CArg, out: CArg) -> int:
         _, g = self.device(h)
         cf.target(out).isSupportedDevice = 1 if g.gpm else 0
         return OK
 
-    def nvmlGpmSampleAlloc(self, out: Any) -> int:
+    def nvmlGpmSampleAlloc(self, out: CArg) -> int:
         sid = self.new_id()
         with self.lock:
             self.gpm_samples[sid] = None
         cf.set_pointer(out, sid)
         return OK
 
-    def nvmlGpmSampleFree(self, sample: Any) -> int:
+    def nvmlGpmSampleFree(self, sample: CArg) -> int:
         with self.lock:
             return OK if self.gpm_samples.pop(cf.pointer_value(sample) or 0, 0) != 0 \
                 else INVALID_ARGUMENT
 
-    def nvmlGpmSampleGet(self, h: Any, sample: Any) -> int:
+    def nvmlGpmSampleGet(self, h: CArg, sample: CArg) -> int:
         i, g = self.device(h)
         if not g.gpm:
             return NOT_SUPPORTED
@@ -138,7 +141,7 @@ class EventFns:
             self.gpm_samples[sid] = (i, self.elapsed())
         return OK
 
-    def nvmlGpmMetricsGet(self, metrics_get: Any) -> int:
+    def nvmlGpmMetricsGet(self, metrics_get: CArg) -> int:
         mg = cf.target(metrics_get)
         with self.lock:
             s1 = self.gpm_samples.get(cf.pointer_value(mg.sample1) or 0)

@@ -22,9 +22,9 @@ from __future__ import annotations
 import threading
 from collections import Counter
 from collections.abc import Callable
-from typing import Any
 
 from watchdog.testing.fakenvml import ctypesfill as cf
+from watchdog.testing.fakenvml.ctypesfill import CArg, CEntry
 from watchdog.testing.fakenvml.device import DeviceFns
 from watchdog.testing.fakenvml.events import EventFns
 from watchdog.testing.fakenvml.scenarios import GpuSpec, Scenario
@@ -59,6 +59,7 @@ class _Impl(DeviceFns, EventFns):
         self.init_flags: list[int] = []
         self.gpm_samples: dict[int, tuple[int, float] | None] = {}
         self.event_sets: dict[int, set[int]] = {}
+        self.wait_ms: list[int] = []  # the timeout of every nvmlEventSetWait_v2, in order
         self.delivered: set[int] = set()
         self.next_id = 1
 
@@ -67,7 +68,7 @@ class _Impl(DeviceFns, EventFns):
         """Scenario time: seconds since the fake was installed, on the injected clock."""
         return self.time_fn() - self.t0
 
-    def device(self, handle: Any) -> tuple[int, GpuSpec]:
+    def device(self, handle: CArg) -> tuple[int, GpuSpec]:
         addr = cf.pointer_value(handle)
         idx = (addr or 0) - cf.HANDLE_BASE
         if addr is None or not 0 <= idx < len(self.scenario.gpus):
@@ -80,7 +81,7 @@ class _Impl(DeviceFns, EventFns):
             return self.next_id
 
     # --- library lifetime ---------------------------------------------------------------
-    def nvmlInitWithFlags(self, flags: Any) -> int:
+    def nvmlInitWithFlags(self, flags: CArg) -> int:
         if self.scenario.init_error is not None:
             return self.scenario.init_error
         with self.lock:
@@ -95,36 +96,36 @@ class _Impl(DeviceFns, EventFns):
             self.initialized -= 1
         return SUCCESS
 
-    def nvmlErrorString(self, result: Any) -> bytes:
+    def nvmlErrorString(self, result: CArg) -> bytes:
         # The binding sets ``restype = c_char_p`` and receives bytes: so do we.
         return f"Fake NVML error {cf.as_int(result)}".encode()
 
     # --- system ---------------------------------------------------------------------------
-    def nvmlSystemGetDriverVersion(self, buf: Any, size: Any) -> int:
+    def nvmlSystemGetDriverVersion(self, buf: CArg, size: CArg) -> int:
         return SUCCESS if cf.write_string(buf, size, self.scenario.driver_version) else 7
 
-    def nvmlSystemGetNVMLVersion(self, buf: Any, size: Any) -> int:
+    def nvmlSystemGetNVMLVersion(self, buf: CArg, size: CArg) -> int:
         nvml = "12." + self.scenario.driver_version
         return SUCCESS if cf.write_string(buf, size, nvml) else 7
 
-    def nvmlSystemGetCudaDriverVersion(self, out: Any) -> int:
+    def nvmlSystemGetCudaDriverVersion(self, out: CArg) -> int:
         cf.set_value(out, self.scenario.cuda_version)
         return SUCCESS
 
-    def nvmlSystemGetCudaDriverVersion_v2(self, out: Any) -> int:
+    def nvmlSystemGetCudaDriverVersion_v2(self, out: CArg) -> int:
         return self.nvmlSystemGetCudaDriverVersion(out)
 
-    def nvmlSystemGetProcessName(self, pid: Any, buf: Any, size: Any) -> int:
+    def nvmlSystemGetProcessName(self, pid: CArg, buf: CArg, size: CArg) -> int:
         for g in self.scenario.gpus:
             if any(p == cf.as_int(pid) for p, _ in g.processes):
                 return SUCCESS if cf.write_string(buf, size, "python") else 7
         return 6  # NVML_ERROR_NOT_FOUND
 
-    def nvmlDeviceGetCount_v2(self, out: Any) -> int:
+    def nvmlDeviceGetCount_v2(self, out: CArg) -> int:
         cf.set_value(out, len(self.scenario.gpus))
         return SUCCESS
 
-    def nvmlDeviceGetHandleByIndex_v2(self, index: Any, out: Any) -> int:
+    def nvmlDeviceGetHandleByIndex_v2(self, index: CArg, out: CArg) -> int:
         i = cf.as_int(index)
         if not 0 <= i < len(self.scenario.gpus):
             return INVALID_ARGUMENT
@@ -143,14 +144,14 @@ class _CFunction:
     """What ``getattr(nvmlLib, name)`` returns: callable, and attributes such as
     ``restype`` can be set on it as on a ctypes function pointer."""
 
-    def __init__(self, lib: FakeNvml, name: str, impl: Callable[..., Any]) -> None:
+    def __init__(self, lib: FakeNvml, name: str, impl: CEntry) -> None:
         self._lib = lib
         self._name = name
         self._impl = impl
-        self.restype: Any = None
-        self.argtypes: Any = None
+        self.restype: CArg = None
+        self.argtypes: CArg = None
 
-    def __call__(self, *args: Any) -> Any:
+    def __call__(self, *args: CArg) -> CArg:
         return self._lib._dispatch(self._name, self._impl, args)
 
 
@@ -158,9 +159,12 @@ class FakeNvml:
     """The library object installed as ``pynvml.nvmlLib``.
 
     Public, for tests: ``scenario``, ``calls`` (a Counter of C function names),
-    ``blocked`` (set while a scripted blocking call is waiting), ``release()`` (let it
-    return) and ``functions()``. Every other public attribute is a C entry point.
+    ``wait_ms`` (the timeout of each ``nvmlEventSetWait_v2`` call, in order), ``blocked``
+    (set while a scripted blocking call is waiting), ``release()`` (let it return) and
+    ``functions()``. Every other public attribute is a C entry point.
     """
+
+    _impl: _Impl  # set once, past __setattr__
 
     def __init__(self, scenario: Scenario, time_fn: Callable[[], float]) -> None:
         impl = _Impl(scenario, time_fn)
@@ -183,11 +187,16 @@ class FakeNvml:
         """nvmlInit calls not yet matched by nvmlShutdown."""
         return self._impl.initialized
 
+    @property
+    def wait_ms(self) -> list[int]:
+        """The timeout (ms) of each ``nvmlEventSetWait_v2`` call so far, in order."""
+        return list(self._impl.wait_ms)
+
     def release(self) -> None:
         """Let a scripted blocking call (and any later one) return."""
         self._release.set()
 
-    def _dispatch(self, name: str, impl: Callable[..., Any], args: tuple[Any, ...]) -> Any:
+    def _dispatch(self, name: str, impl: CEntry, args: tuple[CArg, ...]) -> CArg:
         with self._calls_lock:
             self.calls[name] += 1
         st = self._impl

@@ -1,13 +1,14 @@
 #!/usr/bin/env bash
-# One lent GPU machine, one call (about 8.5 minutes: give it timeout_s 590): the gpu-marked tests, `watchdog check`
-# against gpustat, the agent's CPU against gpustat's with a job running, and a labelled
-# recording of a job change followed by a slowed GPU (bench/gpu_workload.py) taken by
-# nvidia-smi, `watchdog record` and the running agent at once.
+# The checks that need a real NVIDIA GPU, in one run of about 8.5 minutes: the gpu-marked
+# tests, `watchdog check` against gpustat, the agent's CPU against gpustat's with a job
+# running, and a labelled recording of a job change followed by a slowed GPU
+# (bench/gpu_workload.py) taken by nvidia-smi, `watchdog record` and the running agent at
+# once.
 #
-# Run from the repository root on the device machine, with the project's missing
-# dependencies carried as wheels in .whl/ (docs: the device tool's README) and the
-# project's own wheel in .whl/self/ (here: `pip wheel --no-deps -w .whl/self .`):
-#     bash bench/gpu_session.sh            # writes $OUT/gpu.tar.gz
+# Run from the repository root on a GPU node, with the project's dependencies that node
+# lacks as wheels in .whl/ and the project's own wheel in .whl/self/
+# (`pip wheel --no-deps -w .whl/self .`):
+#     bash bench/gpu_checks.sh             # writes $OUT/gpu.tar.gz
 # Every step runs even when an earlier one fails; each step's output is in the archive.
 set -u
 OUT=${OUT:-/tmp/gpu-out}
