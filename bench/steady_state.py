@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import resource
 import subprocess
 import sys
 import time
@@ -29,7 +28,12 @@ REPO = Path(__file__).resolve().parent.parent
 
 
 def _rss_mb() -> float:
-    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0  # Linux: KiB
+    """Peak RSS of this process image in MiB (``VmHWM``; getrusage's ``ru_maxrss``
+    survives exec and would count the parent that started this child)."""
+    for line in Path("/proc/self/status").read_text().splitlines():
+        if line.startswith("VmHWM:"):
+            return int(line.split()[1]) / 1024.0  # kB
+    raise RuntimeError("no VmHWM in /proc/self/status")
 
 
 def child(gpus: int, interval: float, minutes: float) -> None:
