@@ -9,6 +9,7 @@ so the same healthy node is judged with and without them."""
 
 from __future__ import annotations
 
+import copy
 import functools
 from typing import Any
 
@@ -793,3 +794,130 @@ def test_a_gpu_alone_keeps_its_steady_activity_apart_from_its_ramp_into_it() -> 
             t += 10.0
     assert len(gate.gpus[u[0]].works) == 2
     assert np.isclose(f2[0, op], -0.28)
+
+
+# --- real logs sampled every 10-30 s (issue 31) ---------------------------------------
+def test_the_peers_of_a_job_on_part_of_the_node_are_its_working_members() -> None:
+    """``job_peers``: two GPUs work (0.8 and 0.6 of the limit), one holds memory idle,
+    one is unused. Each member is compared with the median of the members at work; the
+    unused GPU has no peers; the drift and drop counts against the whole node read
+    unknown. A node whose GPUs all belong to the job is left as it is."""
+    pf, pp, ut, mr = (F.INDEX[k] for k in ("power_frac", "peer_power", "util_mean",
+                                           "mem_ratio"))
+    x = np.zeros((4, len(F.FEATURES)))
+    x[:, pf] = [0.8, 0.6, 0.1, 0.1]
+    x[:, ut] = [100.0, 100.0, 0.0, 0.0]
+    x[:, mr] = [0.9, 0.9, 0.5, 0.01]
+    x[:, pp] = 99.0
+    got = T.job_peers(x[None])[0]
+    assert np.allclose(got[:3, pp], [0.1, -0.1, 0.1 - 0.7]) and np.isnan(got[3, pp])
+    assert np.isnan(got[:, F.INDEX["peer_temp_drift"]]).all()
+    assert np.isnan(got[:, F.INDEX["peer_util_drops"]]).all()
+    one = x.copy()
+    one[1, ut], one[1, mr] = 0.0, 0.01  # one GPU at work alone: no peers, 0
+    got = T.job_peers(one[None])[0]
+    assert got[0, pp] == 0.0 and np.isnan(got[1, pp])
+    full = x.copy()
+    full[3, mr] = 0.5
+    assert T.job_peers(full[None]) is not None and np.array_equal(
+        T.job_peers(full[None])[0], full)
+
+
+def test_the_fit_learns_the_peers_it_is_judged_on_where_some_gpus_idle() -> None:
+    """On a node where 2 of 4 GPUs never work, the whole node's median falls between the
+    working and the idle GPUs (peer_power +0.35); the gate judges the members' own
+    median (0), so the model learns that: a range of +0.35 would hide a working GPU
+    falling 0.35 of its limit from its peers."""
+    from watchdog.anomaly import train
+
+    g, feats = sim_grid("sim:healthy", 40.0, seed=1)
+    x = feats.copy()
+    for k in (2, 3):
+        x[:, k, F.INDEX["util_mean"]] = 0.0
+        x[:, k, F.INDEX["power_frac"]] = 0.1
+        x[:, k, F.INDEX["mem_ratio"]] = 0.0
+    busy = x[:, :2, F.INDEX["power_frac"]]
+    x[:, :2, F.INDEX["peer_power"]] = busy - np.median(np.concatenate(
+        [busy, np.full_like(busy, 0.1)], axis=1), axis=1)[:, None]
+    assert np.nanmedian(x[:, :2, F.INDEX["peer_power"]]) > 0.2  # the whole node's peers
+    model, _ = train.fit(x, step=g.step, t=g.t, gpu_model="x", uuids=g.uuids)
+    assert model.hi[F.INDEX["peer_power"]] < 0.1
+
+
+def test_a_member_at_work_under_the_busy_line_waits_for_nothing() -> None:
+    """A job waits (no member judged) while one of its members holds memory without
+    working: under IDLE_UTIL. Another job's GPU at 47-56 % (under the model's busy line
+    of 50 %, real-wandb ghln1e4f) kept the node's job unjudged whenever it dipped."""
+    model, uuids, row = _steady()
+    for util, waits in ((T.IDLE_UTIL - 0.5, True), (T.IDLE_UTIL + 0.5, False),
+                        (47.0, False)):
+        x = row.copy()
+        x[3, F.INDEX["util_mean"]] = util
+        gate = T.Gate(model)
+        _raw, pausing, _grace = gate._transit(100.0, uuids, x, F.valid_rows(x[None])[0],
+                                              set())
+        assert (pausing == set(uuids)) is waits, util
+
+
+def test_memory_or_utilization_moved_within_its_own_swing_is_the_same_job() -> None:
+    """The evidence of a new job is a move beyond MEM_STEP / UTIL_STEP and beyond
+    SPREAD_K times the level's usual distance from the GPU's normal: W&B's 30 s means of
+    a real FSDP job's memory used swing between 85 and 100 % of the GPU (ghln1e4f), and
+    a GPU that lost a third of its power was taken for a new job every other window."""
+    model, uuids, row = _steady()
+    mr = F.INDEX["mem_ratio"]
+    gate = T.Gate(model)
+    u = uuids[0]
+    gate.gpus[u] = T._Gpu()
+    for m in [0.90, 0.96] * 30:  # windows judged normal, one by one
+        x = row[0].copy()
+        x[mr] = m
+        gate._remember(u, x)
+    st = gate.gpus[u]
+    assert st.ref is not None and 0.02 < st.spread[1] < 0.04
+    x = row[0].copy()
+    x[mr] = st.ref[1] - 2 * T.MEM_STEP  # twice MEM_STEP, inside its own swing
+    assert not T._moved_from(st, x)[1]
+    edge = max(T.MEM_STEP, T.SPREAD_K * st.spread[1])
+    for off, moved in ((edge - 0.005, False), (edge + 0.005, True)):
+        x = row[0].copy()
+        x[mr] = st.ref[1] - off
+        assert T._moved_from(st, x)[1] is moved, off
+    gate.gpus["steady"] = T._Gpu()  # a steady level: MEM_STEP alone
+    for _ in range(60):
+        gate._remember("steady", row[0])
+    quiet = gate.gpus["steady"]
+    assert quiet.ref is not None and quiet.spread[1] < 1e-6
+    for off, moved in ((T.MEM_STEP - 0.002, False), (T.MEM_STEP + 0.002, True)):
+        x = row[0].copy()
+        x[mr] = quiet.ref[1] + off
+        assert T._moved_from(quiet, x)[1] is moved, off
+
+
+def test_a_gpu_alone_within_its_own_power_swing_at_an_activity_is_not_slowing() -> None:
+    """own_power also needs the window under the mean power of the judged-normal windows
+    at that activity by SLOW_NOISE_K of their spread: a real V100 alone, sampled every
+    30 s, drew 0.47 +- 0.05 of its limit at one activity, at most 0.58, and windows at
+    0.36-0.41 (under the most by SLOW_FALL and SLOW_FRAC) paged 3 times."""
+    model, uuids, row = _steady()
+    one, u = row[:1].copy(), uuids[:1]
+    one[0, F.INDEX["temp_slope"]] = 0.0
+    pf, op = F.INDEX["power_frac"], F.INDEX["own_power"]
+    gate = T.Gate(model)
+    rng = np.random.default_rng(3)
+    t = 0.0
+    for _ in range(120):
+        x = one.copy()
+        x[0, pf] = float(np.clip(rng.normal(0.47, 0.05), 0.36, 0.58))
+        gate.step(t, u, x, model.scores(np.where(np.isnan(x), model.fill, x)), set())
+        t += 10.0
+    work = gate._works_at(gate.gpus[u[0]], one[0])
+    assert work is not None and 0.03 < np.sqrt(work.var) < 0.07
+    edge = work.mean - T.SLOW_NOISE_K * np.sqrt(work.var)
+    assert edge < work.most - T.SLOW_FALL  # here the spread binds
+    for power, slow in ((edge + 0.01, False), (edge - 0.01, True)):
+        x = one.copy()
+        x[0, pf] = power
+        f2, _s, _k = copy.deepcopy(gate).step(
+            t, u, x, model.scores(np.where(np.isnan(x), model.fill, x)), set())
+        assert (not np.isnan(f2[0, op])) is slow, power

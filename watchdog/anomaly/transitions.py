@@ -107,6 +107,7 @@ RELEARN_C_PER_MIN = 1.5
 CONSENSUS_WINDOWS = 6  # a departure held this many windows (60 s: a whole window in it) is a change
 MEM_STEP = 0.03  # memory used moved by more than this fraction of the total: a new job
 UTIL_STEP = 25.0  # utilization moved by more than this many points: a new job
+SPREAD_K = 3.0  # ... and by more than this many times its usual distance from the normal
 SETTLE_WINDOWS = 9  # windows of each GPU the re-learning uses (the last 90 s at 10 s)
 MIN_SETTLE_WINDOWS = 3  # steady windows (no grace, no checkpoint) each GPU needs to re-learn
 GIVE_UP_S = 1800.0  # no steady windows this long (s) after a change: keep the old normal
@@ -135,6 +136,7 @@ REASONS = frozenset(("frac_locked", "frac_power_cap", "frac_sync_boost", "frac_t
 STAND_OUT = 0.15  # a GPU over the threshold must score this much over its peers' median
 SPIN_FRAC = 0.3  # a working GPU under this fraction of its power limit spins in a collective
 MEMBER_MEM = 0.1  # a GPU holding this fraction of its memory belongs to a job
+IDLE_UTIL = 10.0  # a member under this utilization (%, the window's mean) waits for the job
 POWER_UP = 0.15  # alone, power this much (of its limit) over its normal: a heavier phase
 # A GPU's power fell this much of its limit against its peers while its job settled, at
 # unchanged utilization and memory: its normal is its place before the fall (issue 19:
@@ -149,6 +151,12 @@ FALL_PEER = 0.08
 # tensor ops at the same utilization and memory used, looks the same)
 SLOW_FALL = 0.15
 SLOW_FRAC = 0.2
+# ... and under the mean power of its judged-normal windows at that activity by more than
+# this many times their spread (standard deviation): a real V100 alone, sampled every
+# 30 s by W&B at half utilization, drew 0.47 +- 0.05 of its limit at one activity, at
+# most 0.58 (real-wandb s7hjifgd), and windows at 0.36-0.41 paged 3 times as a slowdown
+SLOW_NOISE_K = 3.0
+WORK_ALPHA = 0.1  # weight of a new normal window in an activity's mean and spread of power
 ACTIVITY = {"util_mean": 10.0, "mem_ratio": 0.03, "mem_util": 5.0, "sm_active": 5.0,
             "tensor_active": 5.0}  # feature -> tolerance (its unit)
 ACTIVE = ("mem_util", "sm_active", "tensor_active")  # at least one of these must be read
@@ -165,6 +173,18 @@ Normal = dict[str, np.ndarray]  # uuid -> (F,) feature offsets
 
 
 @dataclass
+class _Work:
+    """One activity of a GPU's work (levels in :data:`ACTIVITY` order) and the power (of
+    its limit) it drew there: the most, and the mean and variance of its judged-normal
+    windows (exponentially weighted, :data:`WORK_ALPHA`)."""
+
+    act: np.ndarray
+    most: float
+    mean: float
+    var: float = 0.0
+
+
+@dataclass
 class _Gpu:
     """What the gate remembers of one GPU (times in s of data time)."""
 
@@ -177,6 +197,7 @@ class _Gpu:
     engaged: bool = False
     after_gap: bool = False  # the current busy spell followed an idle gap (a new process)
     ref: tuple[float, float, float] | None = None  # (util %, memory, power) of its normal
+    spread: tuple[float, float] = (0.0, 0.0)  # mean |util|, |memory| off the ref lately
     moved: int = 0  # windows in a row over the threshold with its own work changed
     drift_from: float = -math.inf  # its last grace began here: the drift's look-back is stale
     powers: deque[tuple[float, float]] = field(
@@ -185,8 +206,7 @@ class _Gpu:
     phases: deque[tuple[float, float]] = field(
         default_factory=lambda: deque(maxlen=PHASES))  # (power_frac, s) held and left
     fell: bool = False  # fell from its peers while its job settled: peer_power judged shifted
-    works: deque[tuple[np.ndarray, float]] = field(
-        default_factory=lambda: deque(maxlen=WORKS))  # (activity, most power_frac) lately
+    works: deque[_Work] = field(default_factory=lambda: deque(maxlen=WORKS))
     # idle with its memory released since it last worked: the process ended, and what
     # comes next is another (h100 1-GPU seed 9 of the week's stream: a job 72 s after
     # the last one, at its activity and memory and 0.73 of the limit where the last
@@ -364,25 +384,17 @@ class Gate:
         if members != self._members:
             self._members = members
             self._drift_from = t
-        out = feats
+        out = job_peers(feats)
         pausing: set[str] = set()
-        if member.any() and not member.all():
-            out = feats.copy()
-            ref = member & busy
-            for name, base in F.PEERS.items():
-                x = out[:, F.INDEX[base]]
-                if ref.sum() < 2:
-                    out[member, F.INDEX[name]] = np.where(np.isnan(x[member]), np.nan, 0.0)
-                else:
-                    with F._quiet():
-                        out[member, F.INDEX[name]] = x[member] - np.nanmedian(x[ref])
-                out[~member, F.INDEX[name]] = np.nan
-            out[:, F.INDEX["peer_util_drops"]] = np.nan
-            out[:, F.INDEX["peer_temp_drift"]] = np.nan
         pf = feats[:, F.INDEX["power_frac"]]
+        util = feats[:, F.INDEX["util_mean"]]
         with np.errstate(invalid="ignore"):
             spin = busy & (pf < SPIN_FRAC)
-        if len(uuids) > 1 and (((member & ~busy).any() and (member & busy).any())
+            # waiting: no work at all (a rank writing, every rank paused); a member at work
+            # under the model's busy line (another job's GPU at 47-56 %, real-wandb
+            # ghln1e4f) waits for nothing
+            idle = np.where(np.isnan(util), ~busy, util < IDLE_UTIL)
+        if len(uuids) > 1 and (((member & idle).any() and (member & busy).any())
                                or 2 * spin.sum() > max(1, (member & busy).sum())):
             pausing = set(members)
             for u in members:
@@ -654,19 +666,19 @@ class Gate:
         st = self.gpus[u]
         if st.ref is None:
             return st.after_gap and alone
-        util, mem = row[F.INDEX["util_mean"]], row[F.INDEX["mem_ratio"]]
         power = row[F.INDEX["power_frac"]]
         slowed = not math.isnan(row[F.INDEX["own_power"]])
         harder = alone and not slowed and power - st.ref[2] > POWER_UP  # a heavier phase
-        return bool(abs(mem - st.ref[1]) > MEM_STEP or abs(util - st.ref[0]) > UTIL_STEP
-                    or (st.after_gap and alone) or harder)
+        moved_util, moved_mem = _moved_from(st, row)
+        return bool(moved_mem or moved_util or (st.after_gap and alone) or harder)
 
     def _why(self, u: str, row: np.ndarray) -> str:
         st = self.gpus[u]
         util, mem = row[F.INDEX["util_mean"]], row[F.INDEX["mem_ratio"]]
-        if st.ref is not None and abs(mem - st.ref[1]) > MEM_STEP:
+        moved_util, moved_mem = _moved_from(st, row) if st.ref is not None else (False, False)
+        if st.ref is not None and moved_mem:
             return f"memory used {st.ref[1]:.0%} -> {mem:.0%}"
-        if st.ref is not None and abs(util - st.ref[0]) > UTIL_STEP:
+        if st.ref is not None and moved_util:
             return f"utilization {st.ref[0]:.0f}% -> {util:.0f}%"
         if st.after_gap:
             return "new work after an idle gap"
@@ -709,47 +721,55 @@ class Gate:
         if self.relearn is not None and u in self.relearn.uuids:
             return raw
         power = float(raw[g, F.INDEX["power_frac"]])
-        most = self._works_at(self.gpus[u], raw[g])
-        if most is None or math.isnan(power):
+        work = self._works_at(self.gpus[u], raw[g])
+        if work is None or math.isnan(power):
             return raw
+        most = work.most
         fall = power - most
-        if fall > -SLOW_FALL or power > (1.0 - SLOW_FRAC) * most:
+        if (fall > -SLOW_FALL or power > (1.0 - SLOW_FRAC) * most
+                or power > work.mean - SLOW_NOISE_K * math.sqrt(work.var)):
             return raw
         out = raw.copy()
         out[g, F.INDEX["own_power"]] = fall
         return out
 
     @staticmethod
-    def _works_at(st: _Gpu, row: np.ndarray) -> float | None:
-        """The most power (of its limit) the GPU drew at ``row``'s activity in its current
-        work (:func:`_nearest`); None where no such activity is remembered."""
+    def _works_at(st: _Gpu, row: np.ndarray) -> _Work | None:
+        """What the GPU drew at ``row``'s activity in its current work (:func:`_nearest`);
+        None where no such activity is remembered."""
         k = _nearest(st.works, row)
-        return None if k is None else st.works[k][1]
+        return None if k is None else st.works[k]
 
     @staticmethod
-    def _learn_work(st: _Gpu, row: np.ndarray) -> None:
+    def _learn_work(st: _Gpu, row: np.ndarray, judged: bool = False) -> None:
         """A normal window's activity and power: the most drawn at that activity so far
         (a window part-way into a slowdown never lowers it), or a new activity where none
         lies within :data:`LEARN_REACH` of the tolerances (a job's ramp into its phase
         would otherwise hold the steady level in an activity learned on the way: a100
         1-GPU seed 1 of ``model_jobs.py --faults`` kept 45 % memory-controller activity
-        under a ramp window's 40 %, and learned the slowdown at 45.4 % as a new one)."""
+        under a ramp window's 40 %, and learned the slowdown at 45.4 % as a new one).
+        ``judged``: a window judged normal one by one (not the job's first and settled
+        windows taken in at a re-learning, which may hold a fall): it also moves the
+        activity's mean and spread of power."""
         power = float(row[F.INDEX["power_frac"]])
         if math.isnan(power) or not math.isnan(row[F.INDEX["own_power"]]):
             return
         k = _nearest(st.works, row, LEARN_REACH)
         if k is not None:
-            act, most = st.works[k]
-            if power > most:
-                st.works[k] = (act, power)
+            w = st.works[k]
+            w.most = max(w.most, power)
+            if judged:
+                d = power - w.mean
+                w.mean += WORK_ALPHA * d
+                w.var = (1.0 - WORK_ALPHA) * (w.var + WORK_ALPHA * d * d)
         elif (~np.isnan(row[ACT_AT]) & ACT_ACTIVE).any():  # one of ACTIVE read
-            st.works.append((row[ACT_AT].copy(), power))
+            st.works.append(_Work(row[ACT_AT].copy(), power, power))
 
     def _remember(self, u: str, row: np.ndarray) -> None:
         """A judged, normal window: the GPU's reference (util, memory) follows it, and
         the power it drew at its activity (:meth:`_learn_work`)."""
         st = self.gpus[u]
-        self._learn_work(st, row)
+        self._learn_work(st, row, judged=True)
         now = (float(row[F.INDEX["util_mean"]]), float(row[F.INDEX["mem_ratio"]]),
                float(row[F.INDEX["power_frac"]]))
         st.after_gap = False
@@ -759,6 +779,9 @@ class Gate:
         # a metric the log lacks stays NaN (a log without memory: no evidence from it);
         # one that comes and goes keeps its last level
         a = REF_ALPHA
+        dev = (abs(now[0] - st.ref[0]), abs(now[1] - st.ref[1]))
+        st.spread = tuple(s if math.isnan(d) else (1 - a) * s + a * d
+                          for s, d in zip(st.spread, dev, strict=True))  # type: ignore[assignment]
         st.ref = tuple(n if math.isnan(r) else r if math.isnan(n) else (1 - a) * r + a * n
                        for r, n in zip(st.ref, now, strict=True))  # type: ignore[assignment]
 
@@ -919,6 +942,10 @@ class Gate:
             st = self.gpus[u]
             st.ref = (float(med[F.INDEX["util_mean"]]), float(med[F.INDEX["mem_ratio"]]),
                       float(med[F.INDEX["power_frac"]]))
+            with F._quiet():
+                dev = np.nanmean(np.abs(x - med), axis=0)
+            st.spread = tuple(0.0 if math.isnan(d) else float(d) for d in (
+                dev[F.INDEX["util_mean"]], dev[F.INDEX["mem_ratio"]]))  # type: ignore[assignment]
             st.after_gap = False
         for u in falls:
             self.gpus[u].fell = True
@@ -1038,12 +1065,23 @@ class Gate:
                 "relearning": self.relearn is not None}
 
 
+def _moved_from(st: _Gpu, row: np.ndarray) -> tuple[bool, bool]:
+    """Whether ``row``'s utilization and memory used moved from the GPU's normal: by more
+    than :data:`UTIL_STEP` / :data:`MEM_STEP`, and by more than :data:`SPREAD_K` times
+    their usual distance from it (a job's own swing: W&B's 30 s means of a real FSDP
+    job's memory used swing between 85 and 100 % of the total, real-wandb ghln1e4f)."""
+    assert st.ref is not None
+    util, mem = row[F.INDEX["util_mean"]], row[F.INDEX["mem_ratio"]]
+    return (bool(abs(util - st.ref[0]) > max(UTIL_STEP, SPREAD_K * st.spread[0])),
+            bool(abs(mem - st.ref[1]) > max(MEM_STEP, SPREAD_K * st.spread[1])))
+
+
 ACT_AT = np.array([F.INDEX[a] for a in ACTIVITY])
 ACT_TOL = np.array(list(ACTIVITY.values()))
 ACT_ACTIVE = np.array([a in ACTIVE for a in ACTIVITY])
 
 
-def _nearest(works: Sequence[tuple[np.ndarray, float]], row: np.ndarray,
+def _nearest(works: Sequence[_Work], row: np.ndarray,
              reach: float = 1.0) -> int | None:
     """Of remembered activities ``works`` (levels in :data:`ACTIVITY` order, the most
     power drawn there), the index of the nearest to ``row``'s whose every level lies
@@ -1052,13 +1090,46 @@ def _nearest(works: Sequence[tuple[np.ndarray, float]], row: np.ndarray,
     tolerances."""
     if not works:
         return None
-    d = np.abs(row[ACT_AT] - np.stack([a for a, _ in works])) / ACT_TOL  # (W, A)
+    d = np.abs(row[ACT_AT] - np.stack([w.act for w in works])) / ACT_TOL  # (W, A)
     read = ~np.isnan(d)
     ok = (read & ACT_ACTIVE).any(axis=1) & ~(np.where(read, d, 0.0) > reach).any(axis=1)
     if not ok.any():
         return None
     far = np.where(ok, np.where(read, d, 0.0).max(axis=1), np.inf)
     return int(np.argmin(far))
+
+
+def job_peers(feats: np.ndarray) -> np.ndarray:
+    """``(..., G, F)`` features with the peer features taken among the job's GPUs (see
+    :meth:`Gate._adjust`): where some GPUs of a window neither work nor hold memory
+    (:data:`MEMBER_MEM`), each member's peer features are taken against the median of the
+    members at work (0 with fewer than two), a non-member's read as unknown (NaN), and
+    ``peer_util_drops`` and ``peer_temp_drift`` read as unknown on every GPU. The rest is
+    ``feats`` itself (a copy only where something is taken again). The fit takes its
+    windows through this too (:func:`watchdog.anomaly.train.fit`): the model learns the
+    peers it is judged on, on a node where some GPUs idle."""
+    busy = F.busy(feats.reshape(-1, *feats.shape[-2:])).reshape(feats.shape[:-1])
+    mem = feats[..., F.INDEX["mem_ratio"]]
+    with np.errstate(invalid="ignore"):
+        member = busy | (mem >= MEMBER_MEM)
+    part = member.any(axis=-1) & ~member.all(axis=-1)  # (...): windows to take again
+    if not part.any():
+        return feats
+    out = feats.copy()
+    sub = out[part]  # (N, G, F)
+    mem_k, busy_k = member[part], busy[part]
+    ref = mem_k & busy_k
+    n_ref = ref.sum(axis=-1, keepdims=True)
+    for name, base in F.PEERS.items():
+        x = sub[..., F.INDEX[base]]
+        with F._quiet():
+            med = np.nanmedian(np.where(ref, x, np.nan), axis=-1, keepdims=True)
+        peer = np.where(n_ref < 2, np.where(np.isnan(x), np.nan, 0.0), x - med)
+        sub[..., F.INDEX[name]] = np.where(mem_k, peer, np.nan)
+    sub[..., F.INDEX["peer_util_drops"]] = np.nan
+    sub[..., F.INDEX["peer_temp_drift"]] = np.nan
+    out[part] = sub
+    return out
 
 
 def start_up_mask(t: np.ndarray, feats: np.ndarray, every: int = 1) -> np.ndarray:
