@@ -174,7 +174,7 @@ def auto_runs(log: Log, rules: Any, tmp: Path, step: float, drop: tuple[str, ...
         return f"not readable: {str(e).split(': ', 1)[-1][:70]}"
     notes: list[str] = []
     apply(results, "auto", None, note=notes.append)
-    declined = [n for n in notes if "without the model" in n]
+    declined = [n for n in notes if ": declined: " in n]
     if declined:
         return "declined: " + declined[0].split("--model auto: ", 1)[-1]
     n = sum(i.kind == "anomaly" for i in results[0].incidents)

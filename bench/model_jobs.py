@@ -10,6 +10,8 @@ runner (``model_stream.schedule_node``), the rules' incidents holding their GPUs
 
     .venv/bin/python bench/model_jobs.py --hours 168 --seeds 4   # ~32,000 GPU-hours
     .venv/bin/python bench/model_bench.py --only jobs --jobs-seeds 4
+
+``--write`` also puts the output into ``docs/results/model.md`` (``model_results.py``).
 """
 
 from __future__ import annotations
@@ -225,12 +227,18 @@ def main() -> int:
                     help="the unnamed faults written into a new job instead (1b)")
     ap.add_argument("--after", type=float, default=AFTER_MIN,
                     help=f"with --faults: minutes into the new job (default {AFTER_MIN:g})")
+    ap.add_argument("--write", action="store_true",
+                    help="also write the output to docs/results/model.md (its own section)")
     args = ap.parse_args()
+    import model_results
+
     if args.faults:
         if not 0 <= args.after <= 60:
             print("model_jobs: --after between 0 and 60 minutes", file=sys.stderr)
             return 2
-        return 0 if faults_after_change(args.seeds if args.seeds > 1 else 3, args.after) else 1
+        with model_results.captured("bench/model_jobs.py", None, args.write):
+            ok = faults_after_change(args.seeds if args.seeds > 1 else 3, args.after)
+        return 0 if ok else 1
     try:
         sizes = tuple(int(x) for x in args.gpus.split(","))
     except ValueError:
@@ -240,7 +248,8 @@ def main() -> int:
         print("model_jobs: --hours at least 3, --seeds at least 1, --first-seed at least 0, "
               f"--gpus among {','.join(map(str, JOB_NODES))}", file=sys.stderr)
         return 2
-    jobs(list(range(args.first_seed, args.first_seed + args.seeds)), args.hours, 2.0, sizes)
+    with model_results.captured("bench/model_jobs.py", None, args.write):
+        jobs(list(range(args.first_seed, args.first_seed + args.seeds)), args.hours, 2.0, sizes)
     return 0
 
 
