@@ -43,7 +43,7 @@ SPAN_MARGIN = 0.05  # of the power ceiling: how far beyond its fitted powers a s
 # further, less this much (C) per span of distance: a steep line's slope errs by about a
 # degree over its own span (noise at its two ends), so its error grows with the distance
 # over the span. Alone, nothing else tells a GPU drawing a third less power at the same
-# temperature (its power fault) from a lighter phase of a new job (issue 19).
+# temperature (its power fault) from a lighter phase of a new job.
 REACH_C_PER_SPAN = 3.0
 # A line holds while the node's mean power (of every GPU's limit, idle ones included) lies
 # within this of what it was over the line's fit: the GPUs around it heat the air it
@@ -107,7 +107,7 @@ def _borrow(lines: np.ndarray, flat: dict[int, tuple[float, float]]) -> np.ndarr
     Why: the GPUs of one node follow power with about the same slope (their heat sinks
     are alike); a flat line reads a GPU at the top of its own narrow span (0.44-0.49 of
     the limit, ~69 C per unit) +1.6 C above it: ``own_temp`` +1.0 C paged on the job
-    stream (issue 19, a100 2-GPU seed 9). With no sloped peer (a 1-GPU node) it stays
+    stream (a100 2-GPU seed 9). With no sloped peer (a 1-GPU node) it stays
     flat, and holds only over its own span (:func:`residual`)."""
     own = np.array([g not in flat for g in range(len(lines))], bool)
     sloped = lines[own & _rising(lines), 1]
@@ -196,13 +196,13 @@ def residual(feats: np.ndarray, lines: np.ndarray) -> np.ndarray:
         # a flat line (slope under MIN_SLOPE, or falling: fitted on a narrow span, it says
         # nothing of how temperature follows power) holds only over its own span, no
         # margin: at ~35 C per unit of power a GPU reads +1-2 C above a flat line
-        # 0.03-0.05 beyond it (issue 19: most false own_temp pages of the job stream)
+        # 0.03-0.05 beyond it (most false own_temp pages of the job stream)
         margin = np.where(_rising(lines), SPAN_MARGIN, 0.0)
         with np.errstate(invalid="ignore"):
             r = np.where((power < lines[:, 2] - margin) | (power > lines[:, 3] + margin),
                          np.nan, r)
             # a steep line fitted on a narrow span errs fast beyond it (+1.2 C at 0.05
-            # past a 0.30-0.41 span, issue 19): the GPU's own reading holds only a
+            # past a 0.30-0.41 span): the GPU's own reading holds only a
             # quarter of its span beyond it; its lag still counts in the node's median
             narrow = np.minimum(margin, (lines[:, 3] - lines[:, 2]) / 4)
             beyond = (power < lines[:, 2] - narrow) | (power > lines[:, 3] + narrow)
@@ -217,7 +217,7 @@ def residual(feats: np.ndarray, lines: np.ndarray) -> np.ndarray:
     busy = F.busy(feats.reshape(-1, *feats.shape[-2:])).reshape(r.shape)
     # only a line rising with power says how far power lags: one falling with it (-3.8 C
     # per unit on the job stream) turned the node's lag around and put a settling peer
-    # +5 C off its line (issue 19)
+    # +5 C off its line
     sloped = _rising(lines)
     with np.errstate(all="ignore"):
         each = np.where(busy & sloped, r / np.where(sloped, b, 1.0), np.nan)
@@ -236,7 +236,7 @@ def residual(feats: np.ndarray, lines: np.ndarray) -> np.ndarray:
     # the node's lag read mostly off lines taken beyond their own narrow span is their
     # common error, not a lag (a node at 0.44 of the limit after a fit at 0.30-0.41:
     # every line reads 1.8 C high there, and the one GPU still inside its span read
-    # +1.3 C, issue 19): then no GPU of the node is read against its line
+    # +1.3 C): then no GPU of the node is read against its line
     counted = ~np.isnan(each)
     with np.errstate(invalid="ignore"):
         shaky = 2 * (counted & beyond).sum(axis=-1, keepdims=True) > counted.sum(

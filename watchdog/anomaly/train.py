@@ -38,9 +38,10 @@ import numpy as np
 
 from watchdog.anomaly import baseline
 from watchdog.anomaly import features as F
+from watchdog.anomaly.grace import start_up_mask
+from watchdog.anomaly.job import job_peers
 from watchdog.anomaly.runner import EVERY_S, K_OF, N_OF
 from watchdog.anomaly.score import Forest, from_sklearn, prepare
-from watchdog.anomaly.transitions import job_peers, start_up_mask
 
 N_TREES = 100
 MAX_SAMPLES = 256
