@@ -1,4 +1,4 @@
-"""The anomaly model, measured against the goals of issue 10.
+"""The anomaly model, measured against its goals (docs/model.md).
 
 1. Faults the rules do not name (``power_mismatch``, ``slow_no_reason``, ``temp_drift``,
    ``hbm_sag``, ``bursty_util``), on both simulated GPU models and several seeds, each

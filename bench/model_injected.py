@@ -1,5 +1,5 @@
 """Faults written into real logs, found by the anomaly model (``model_bench.py --only
-injected``; issue 19).
+injected``).
 
 A slowdown (one GPU at 65 % of its normal power, utilization unchanged, 10 min) and a
 temperature drift (+0.5 C/min, 10 min) written (:mod:`watchdog.testing.model_faults`)

@@ -1,4 +1,4 @@
-"""The anomaly model on nodes that change jobs (issue 19): false anomalies per 1,000
+"""The anomaly model on nodes that change jobs: false anomalies per 1,000
 GPU-hours on a stream that looks like real life, with the 95 % upper bound.
 
 Each node runs its seeded schedule (``watchdog/sources/sim/schedule.py``): a new job every
@@ -111,9 +111,8 @@ def write_fault(frame: Any, name: str, gpu: int, onset: float, gpu_model: str) -
     hit = (out["index"] == gpu) & (out["ts"] >= onset)
     dt = out.loc[hit, "ts"].to_numpy() - onset
     if name == "power_mismatch":
-        # a GPU drawing less dissipates less (this bench kept the temperature of the
-        # full draw until issue 19's seventh session, and the model found the 1-GPU
-        # cases by that, a GPU hot for its power, not by the slowdown)
+        # a GPU drawing less dissipates less (with the temperature of the full draw the
+        # model finds a 1-GPU case by a GPU hot for its power, not by the slowdown)
         slowdown_frame(out, gpu, onset, gpu_model)
     elif name == "slow_no_reason":
         out.loc[hit, "clocks.sm"] = np.round(out.loc[hit, "clocks.sm"] * 0.92 / 15) * 15
