@@ -1,5 +1,5 @@
 """Faults written into real logs, found by the anomaly model (``model_bench.py --only
-injected``; issue 19).
+injected``).
 
 A slowdown (one GPU at 65 % of its normal power, utilization unchanged, 10 min) and a
 temperature drift (+0.5 C/min, 10 min) written (:mod:`watchdog.testing.model_faults`)
@@ -174,7 +174,7 @@ def auto_runs(log: Log, rules: Any, tmp: Path, step: float, drop: tuple[str, ...
         return f"not readable: {str(e).split(': ', 1)[-1][:70]}"
     notes: list[str] = []
     apply(results, "auto", None, note=notes.append)
-    declined = [n for n in notes if "without the model" in n]
+    declined = [n for n in notes if ": declined: " in n]
     if declined:
         return "declined: " + declined[0].split("--model auto: ", 1)[-1]
     n = sum(i.kind == "anomaly" for i in results[0].incidents)

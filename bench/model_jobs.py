@@ -1,4 +1,4 @@
-"""The anomaly model on nodes that change jobs (issue 19): false anomalies per 1,000
+"""The anomaly model on nodes that change jobs: false anomalies per 1,000
 GPU-hours on a stream that looks like real life, with the 95 % upper bound.
 
 Each node runs its seeded schedule (``watchdog/sources/sim/schedule.py``): a new job every
@@ -10,6 +10,8 @@ runner (``model_stream.schedule_node``), the rules' incidents holding their GPUs
 
     .venv/bin/python bench/model_jobs.py --hours 168 --seeds 4   # ~32,000 GPU-hours
     .venv/bin/python bench/model_bench.py --only jobs --jobs-seeds 4
+
+``--write`` also puts the output into ``docs/results/model.md`` (``model_results.py``).
 """
 
 from __future__ import annotations
@@ -109,9 +111,8 @@ def write_fault(frame: Any, name: str, gpu: int, onset: float, gpu_model: str) -
     hit = (out["index"] == gpu) & (out["ts"] >= onset)
     dt = out.loc[hit, "ts"].to_numpy() - onset
     if name == "power_mismatch":
-        # a GPU drawing less dissipates less (this bench kept the temperature of the
-        # full draw until issue 19's seventh session, and the model found the 1-GPU
-        # cases by that, a GPU hot for its power, not by the slowdown)
+        # a GPU drawing less dissipates less (with the temperature of the full draw the
+        # model finds a 1-GPU case by a GPU hot for its power, not by the slowdown)
         slowdown_frame(out, gpu, onset, gpu_model)
     elif name == "slow_no_reason":
         out.loc[hit, "clocks.sm"] = np.round(out.loc[hit, "clocks.sm"] * 0.92 / 15) * 15
@@ -225,12 +226,18 @@ def main() -> int:
                     help="the unnamed faults written into a new job instead (1b)")
     ap.add_argument("--after", type=float, default=AFTER_MIN,
                     help=f"with --faults: minutes into the new job (default {AFTER_MIN:g})")
+    ap.add_argument("--write", action="store_true",
+                    help="also write the output to docs/results/model.md (its own section)")
     args = ap.parse_args()
+    import model_results
+
     if args.faults:
         if not 0 <= args.after <= 60:
             print("model_jobs: --after between 0 and 60 minutes", file=sys.stderr)
             return 2
-        return 0 if faults_after_change(args.seeds if args.seeds > 1 else 3, args.after) else 1
+        with model_results.captured("bench/model_jobs.py", None, args.write):
+            ok = faults_after_change(args.seeds if args.seeds > 1 else 3, args.after)
+        return 0 if ok else 1
     try:
         sizes = tuple(int(x) for x in args.gpus.split(","))
     except ValueError:
@@ -240,7 +247,8 @@ def main() -> int:
         print("model_jobs: --hours at least 3, --seeds at least 1, --first-seed at least 0, "
               f"--gpus among {','.join(map(str, JOB_NODES))}", file=sys.stderr)
         return 2
-    jobs(list(range(args.first_seed, args.first_seed + args.seeds)), args.hours, 2.0, sizes)
+    with model_results.captured("bench/model_jobs.py", None, args.write):
+        jobs(list(range(args.first_seed, args.first_seed + args.seeds)), args.hours, 2.0, sizes)
     return 0
 
 

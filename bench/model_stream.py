@@ -31,8 +31,8 @@ import pandas as pd
 
 from watchdog.anomaly import features as F
 from watchdog.anomaly import runner
+from watchdog.anomaly.gate import Gate
 from watchdog.anomaly.offline import fit_grid
-from watchdog.anomaly.transitions import Gate
 from watchdog.pipeline.core import build_detector, feed_blocks
 from watchdog.pipeline.replay import detect
 from watchdog.sources.sim.frames import simulate, simulate_chunks

@@ -33,7 +33,7 @@ def _run(spec: str, minutes: float) -> list[tuple[float, str, object]]:
 @pytest.mark.slow
 def test_an_unnamed_fault_pages_through_the_live_pipeline() -> None:
     """The fault starts at 8 min: the job's start-up and warm-up (to about 7 min on this
-    node) are not judged (anomaly/transitions.py)."""
+    node) are not judged (anomaly/grace.py)."""
     seen = _run("sim:hbm_sag(gpus=3)@8m", 11.0)
     fired = [(t, inc) for t, w, inc in seen if w == "firing"]
     assert [(inc.kind, inc.gpus) for _, inc in fired] == [("anomaly", ["3"])]

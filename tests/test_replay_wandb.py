@@ -58,20 +58,31 @@ def test_an_unreadable_run_in_a_folder_is_skipped_with_one_line_and_exit_2(tmp_p
 
 
 def test_model_auto_says_per_gpu_whether_it_fitted_or_declined(tmp_path):
-    short = write_run(tmp_path, "short1", records=[stats(T0 + 10 * k, {
-        "gpu.0.gpu": 100.0, "gpu.1.gpu": 0.0, "gpu.0.powerWatts": 300.0,
-        "gpu.1.powerWatts": 50.0}) for k in range(360)])  # 1 h: GPU 1 idle
-    r = wd("replay", str(short), "--model", "auto", "--json")
+    def record(k: int) -> bytes:
+        return stats(T0 + 10 * k, {"gpu.0.gpu": 100.0, "gpu.1.gpu": 0.0,
+                                   "gpu.0.powerWatts": 300.0 + k % 7, "gpu.0.temp": 60.0,
+                                   "gpu.1.powerWatts": 50.0})
+    run = write_run(tmp_path, "short1", records=[record(k) for k in range(360)])  # 1 h
+    r = wd("replay", str(run), "--model", "auto", "--json")
     assert r.returncode == 0, r.stderr
     said = json.loads(r.stdout)["model"]
-    assert [(d["gpu"], d["decision"]) for d in said] == [("0", "declined"), ("1", "declined")]
-    assert said[1]["reason"].startswith("declined: under 10 busy minutes in ")
-    assert said[0]["reason"].startswith("declined: another GPU of the log has under 10 ")
-    assert 20 <= said[0]["busy_min"] <= 24 and said[1]["busy_min"] == 0.0  # of 24 min
-    assert said[0]["host"] == "run-short1" and said[0]["path"] == str(short)
+    # the idle GPU does not stop the busy one from being fitted and judged
+    assert [(d["gpu"], d["decision"]) for d in said] == [("0", "fitted"), ("1", "declined")]
+    assert said[0]["reason"] == "fitted on the first 40 % of its busy time"
+    assert 23 <= said[0]["busy_min"] <= 25 and said[0]["fit_until"]  # 40 % of its hour
+    assert said[1]["reason"].startswith("declined: 0 busy minutes in the log; a fit needs "
+                                        "10 in the first 40 % of a GPU's busy time")
+    assert said[1]["busy_min"] == 0.0 and said[1]["fit_until"] is None
+    assert said[0]["host"] == "run-short1" and said[0]["path"] == str(run)
     lines = [ln for ln in r.stderr.splitlines() if "--model auto: GPU" in ln]
     assert len(lines) == 2 and all(ln.startswith("watchdog: run-short1.wandb: --model auto")
                                    for ln in lines)
+    assert "GPU 0: fitted on the first 40 % of its busy time (to " in lines[0]
+    short = write_run(tmp_path / "s", "short2", records=[record(k) for k in range(144)])
+    r = wd("replay", str(short), "--model", "auto", "--json")  # 24 min: 9.6 to fit on
+    said = json.loads(r.stdout)["model"]
+    assert [d["decision"] for d in said] == ["declined", "declined"]
+    assert said[0]["reason"].startswith("declined: 23 busy minutes in the log")
     plain = wd("replay", str(short), "--json")
     assert "model" not in json.loads(plain.stdout) and "--model" not in plain.stderr
 

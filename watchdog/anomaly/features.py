@@ -29,25 +29,24 @@ Features (:data:`FEATURES`, order fixed by :data:`FEATURE_SCHEMA`; units in brac
   a GPU warming against its peers at the same power (a failing fan) climbs here in
   minutes, while a GPU that always runs hotter (its place in the airflow) does not.
   NaN where the GPU's mean power moved by more than :data:`DRIFT_POWER` of its limit
-  over the look-back (schema 6): each GPU has its own thermal line, so a node-wide
+  over the look-back: each GPU has its own thermal line, so a node-wide
   step of power moves ``peer_temp`` of a GPU whose line is flatter than its peers'
   (nanoGPT's GPU 1 reads +7.7 C over its peers at 99 % of its limit, +15.5 C at 56 %:
   "+6 C in 10 min" after the job's lighter phase began, every GPU healthy);
 * ``peer_util_drops`` [per min]: drops of utilization by more than :data:`DROP_POINTS`
   (25) points from one tick to the next, minus the peers' median (node-wide dips
   cancel; a GPU whose work comes in bursts does not). A quarter of the GPU's work: a
-  dip of a few points is the sampler catching a kernel boundary, and counting those
-  (schema 3 counted drops of 10 points) buried a GPU that stops ten times a minute in
-  the noise of a healthy one's jitter (up to 7 shallow drops a minute more than its
-  peers on a simulated A100 node). Real drops are mostly deep: 176 of the 209 drops of
-  more than 10 points in the three nanoGPT logs are of more than 25. Schema 4 changed it.
-  A GPU alone (a 1-GPU node) has no peers at work, whose rate is 0: its own rate (schema
-  5; 0 before, which left a 1-GPU node's bursts to ``util_std``, where a job's own
-  swings hide them).
+  dip of a few points is the sampler catching a kernel boundary, and counting drops of
+  10 points buried a GPU that stops ten times a minute in the noise of a healthy one's
+  jitter (up to 7 shallow drops a minute more than its peers on a simulated A100 node).
+  Real drops are mostly deep: 176 of the 209 drops of more than 10 points in the three
+  nanoGPT logs are of more than 25. A GPU alone (a 1-GPU node) has no peers at work,
+  whose rate is 0: its own rate (read as 0, a 1-GPU node's bursts would be left to
+  ``util_std``, where a job's own swings hide them).
 * ``own_temp`` [C]: the GPU's temperature against its OWN training baseline at this
   power, beyond its peers' (see :mod:`watchdog.anomaly.baseline`). It needs the model's
   per-GPU lines, so :func:`compute` leaves it NaN and the model fills it
-  (``Model.complete``) before scoring; schema 2 added it.
+  (``Model.complete``) before scoring.
 * ``sm_clock_unexplained`` [fraction of max SM clock]: the mean over the window of the SM
   clock's shortfall from its maximum at the ticks where the GPU reports no clock-event
   reason at all (mask 0), 0 at ticks where some reason (idle, power cap, sync boost,
@@ -55,11 +54,11 @@ Features (:data:`FEATURES`, order fixed by :data:`FEATURE_SCHEMA`; units in brac
   clock with nothing to say why is the "slow GPU without reason bits"; its peers under a
   power cap spread their clocks too widely for ``peer_sm_clock`` to tell (-4 to +9 points
   on a simulated A100 node), while a healthy GPU without reasons runs at its maximum.
-  NaN where the reasons are not read. Schema 3 added it.
+  NaN where the reasons are not read.
 * ``mem_util`` [%] (``utilization.memory``), ``own_power`` [fraction of the limit]: a GPU
   alone's power against the most it drew at the same activity (utilization, memory,
   ``mem_util``, GPM) in its work, set by the gate where it fell that far
-  (:meth:`~watchdog.anomaly.transitions.Gate._slowed`), NaN here. Schema 7.
+  (:func:`~watchdog.anomaly.alone.slowed`), NaN here.
 
 Slopes are the difference between the means of the last and the first third of the
 window over the time between their centres: robust to a single odd reading and cheap

@@ -1,5 +1,6 @@
-"""One page per problem: where the rules' incidents and the model's ``anomaly`` incidents
-meet, for the agent and for ``watchdog replay --model`` alike.
+"""One page per problem: the rules' incidents and the model's ``anomaly`` incidents meet.
+
+They meet here for the agent and for ``watchdog replay --model`` alike.
 
 The model often sees a fault before a rule can name it (a memory trend rising minutes
 before ``memory_pressure`` fires). Two pages for one problem teach an operator to ignore

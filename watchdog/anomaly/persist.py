@@ -197,7 +197,7 @@ def _check_shapes(z: Any, where: str) -> None:
     if any(m[k].shape != (nf,) or m[k].dtype.kind not in "fiu" for k in VECTORS):
         raise ModelFileError(f"{where}: malformed feature vectors")
     coef = m["base_coef"].shape
-    if len(coef) != 2 or coef[1] not in (2, 4) or coef[0] > MAX_BASELINE_GPUS:
+    if len(coef) != 2 or coef[1] not in (2, 4, 6) or coef[0] > MAX_BASELINE_GPUS:
         raise ModelFileError(f"{where}: malformed per-GPU baseline")
 
 
@@ -216,7 +216,7 @@ def _build(a: dict[str, np.ndarray], meta: dict[str, Any], where: str,
     base_uuids = meta.get("baseline_uuids")
     coef = a["base_coef"]
     if (not isinstance(base_uuids, list) or not all(isinstance(u, str) for u in base_uuids)
-            or coef.shape[0] != len(base_uuids) or coef.shape[1] not in (2, 4)
+            or coef.shape[0] != len(base_uuids) or coef.shape[1] not in (2, 4, 6)
             or coef.dtype.kind != "f"
             or not np.isfinite(coef).all()):
         raise ModelFileError(f"{where}: malformed per-GPU baseline")

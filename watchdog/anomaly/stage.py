@@ -14,7 +14,7 @@ through this stage with the same rules for *when* to judge, *whom* to judge and 
   time in live and in replay. A judgement waits until the detector has evaluated its tick
   (live, the detector evaluates healthy ticks a few seconds at a time).
 * **How.** The window's features (:mod:`features`), completed by the model, scored in one
-  call for every GPU; then the :class:`~watchdog.anomaly.transitions.Gate` (start-up,
+  call for every GPU; then the :class:`~watchdog.anomaly.gate.Gate` (start-up,
   warm-up, checkpoints and the recovery after a rule are not judged; a workload change
   is not a fault: the node re-learns its normal) and the
   :class:`~watchdog.anomaly.runner.Runner`'s persistence (k of n) and words.
@@ -38,8 +38,8 @@ from typing import Any, Protocol
 import numpy as np
 
 from watchdog.anomaly import features as F
+from watchdog.anomaly.gate import Gate
 from watchdog.anomaly.runner import EVERY_S, Runner
-from watchdog.anomaly.transitions import Gate
 from watchdog.incident import Incident
 
 # What the stage keeps per tick, in this order: the feature metrics, then the per-GPU

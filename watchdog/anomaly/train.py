@@ -38,9 +38,10 @@ import numpy as np
 
 from watchdog.anomaly import baseline
 from watchdog.anomaly import features as F
+from watchdog.anomaly.grace import start_up_mask
+from watchdog.anomaly.job import job_peers
 from watchdog.anomaly.runner import EVERY_S, K_OF, N_OF
 from watchdog.anomaly.score import Forest, from_sklearn, prepare
-from watchdog.anomaly.transitions import start_up_mask
 
 N_TREES = 100
 MAX_SAMPLES = 256
@@ -155,6 +156,7 @@ def fit(feats: np.ndarray, *, step: float, t: np.ndarray, gpu_model: str,
     from sklearn.ensemble import IsolationForest
 
     t0 = time.perf_counter()
+    feats = job_peers(feats)  # the peers the gate judges with, where some GPUs idle
     feats = _start_up_power_unknown(feats, start_up_mask(t, feats, max(1, round(stride / step))))
     base_uuids: tuple[str, ...] = ()
     base_coef = None

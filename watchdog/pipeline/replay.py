@@ -387,11 +387,21 @@ def _replay_one(path: str, opts: ReplayOptions, rules: Sequence[Rule], fb: Feedb
     rec = open_input(path, opts, in_parts=not tried)
     for line in getattr(rec, "warnings", ()) or ():
         fb.warn(line)
+    return replay_recording(rec, rules, opts, fb, prefix + Path(path).name, path=path)
+
+
+def replay_recording(rec: Recording, rules: Sequence[Rule], opts: ReplayOptions,
+                     fb: Feedback | None = None, name: str = "", *,
+                     path: str | None = None) -> Replayed:
+    """A recording already read (a log's, or a copy with faults written into its frame:
+    :mod:`watchdog.testing.framelog`) through a fresh detector."""
+    fb = fb or Quiet()
     host = opts.host or rec.host
-    with fb.progress(len(rec.frame), prefix + Path(path).name) as bar:
+    with fb.progress(len(rec.frame), name) as bar:
         det = detector_over(rec, rules, host=host, block_rows=opts.block_rows,
                             progress=bar)
-    return Replayed(path, host, [rec.frame], list(det.incidents), engaged=det.engaged,
+    return Replayed(path or rec.path, host, [rec.frame], list(det.incidents),
+                    engaged=det.engaged,
                     notes=judged(rules, [rec.frame], rec.metrics, rec.devices(), det,
                                  bool(getattr(rec, "xids", None))),
                     console=getattr(rec, "console", None),

@@ -85,49 +85,17 @@ def _number(cell: str) -> float:
     return float(m.group(2)) if m else math.nan
 
 
-class RawLog:
-    """A CSV log as text cells, with what each column is and each row's time and GPU."""
+class LogReadings:
+    """What the faults read of a log, whatever holds its values: each row's time ``ts``
+    (POSIX s) and GPU ``gpu`` (index as logged), and :meth:`values` of a column by its
+    role (a catalogue metric). :class:`RawLog` holds a CSV's text cells,
+    :class:`~watchdog.testing.framelog.FrameLog` a recording's frame."""
 
-    def __init__(self, path: str | Path, mapping: dict[str, str] | None = None) -> None:
-        self.path = Path(path)
-        text = self.path.read_text()
-        lines = text.splitlines()
-        self.header = lines[0].split(",")
-        width = len(self.header)
-        self.rows = [ln.split(",") for ln in lines[1:] if ln.strip()]
-        self.tail: list[str] | None = None  # an incomplete last line, kept as it was
-        if self.rows and len(self.rows[-1]) != width:
-            self.tail = self.rows.pop()
-        self.mapping = dict(mapping or {})
-        self.roles = assign(pd.DataFrame(columns=self.header), self.mapping, str(path), [])
-        self._col = {role: self.header.index(col) for role, col in self.roles.items()}
-        tcol = self._col["timestamp"]
-        self._time_style = next((m for m in (_TIME.match(r[tcol]) for r in self.rows) if m),
-                                None)
-        self._refresh()
+    ts: Array
+    gpu: Array
 
-    # --- reading ------------------------------------------------------------------------
-    def _refresh(self) -> None:
-        tcol = self._col["timestamp"]
-        cells = pd.Series([r[tcol] for r in self.rows], dtype=object)
-        self.ts = convert.parse_timestamps(cells, tz=None, where=lambda i: f"row {i}")
-        if "index" in self._col:
-            self.gpu = np.array([int(_number(r[self._col["index"]])) for r in self.rows])
-        elif "uuid" in self._col:
-            self.gpu = pd.factorize(pd.Series([r[self._col["uuid"]].strip()
-                                               for r in self.rows]))[0]
-        else:  # GPUs of one time step told apart by their order in it (as the reader does)
-            self.gpu = pd.Series(self.ts).groupby(self.ts, sort=False).cumcount().to_numpy()
-
-    def has(self, role: str) -> bool:
-        return role in self._col
-
-    def values(self, role: str) -> Array:
-        """A column as floats (NaN where missing); an absent column is all NaN."""
-        if role not in self._col:
-            return np.full(len(self.rows), math.nan)
-        c = self._col[role]
-        return np.array([_number(r[c]) for r in self.rows])
+    def values(self, role: str) -> Array:  # pragma: no cover - each log has its own
+        raise NotImplementedError
 
     def gpus(self) -> list[int]:
         return sorted(set(self.gpu.tolist()))
@@ -178,6 +146,78 @@ class RawLog:
                 return float(t[np.argmax(good)])
         raise ValueError(f"no GPU busy for {span:g} s in this log")
 
+    def inserted(self, onset: float, duration: float) -> tuple[Array, Array, float]:
+        """The log's rows with the :data:`REPEAT_S` before ``onset`` (POSIX s) repeated for
+        ``duration`` s from ``onset`` on (:meth:`insert`): each new row's source row, its
+        time (s), and how far the later rows move on (s: a whole number of repeats)."""
+        src = np.flatnonzero((self.ts >= onset - REPEAT_S) & (self.ts < onset))
+        if not len(src):
+            raise ValueError("no rows before the onset to go on from")
+        period = onset - float(self.ts[src[0]])
+        copies = max(1, math.ceil(duration / period))
+        shift = copies * period
+        before = np.flatnonzero(self.ts < onset)
+        later = np.flatnonzero(self.ts >= onset)
+        order = np.concatenate([before, np.tile(src, copies), later])
+        times = np.concatenate([self.ts[before],
+                                *[self.ts[src] + (k + 1) * period for k in range(copies)],
+                                self.ts[later] + shift])
+        return order, times, shift
+
+    def noise(self, role: str, g: int) -> Array:
+        """Each sample's deviation from the local median (9 samples) of column ``role``,
+        relative to that median, for GPU ``g``'s rows (0 where unknown)."""
+        x = self.values(role)[self.gpu == g]
+        med = pd.Series(x).rolling(9, center=True, min_periods=1).median().to_numpy()
+        with np.errstate(invalid="ignore", divide="ignore"):
+            rel = np.where(med != 0, (x - med) / med, 0.0)
+        return np.nan_to_num(rel)
+
+
+class RawLog(LogReadings):
+    """A CSV log as text cells, with what each column is and each row's time and GPU."""
+
+    def __init__(self, path: str | Path, mapping: dict[str, str] | None = None) -> None:
+        self.path = Path(path)
+        text = self.path.read_text()
+        lines = text.splitlines()
+        self.header = lines[0].split(",")
+        width = len(self.header)
+        self.rows = [ln.split(",") for ln in lines[1:] if ln.strip()]
+        self.tail: list[str] | None = None  # an incomplete last line, kept as it was
+        if self.rows and len(self.rows[-1]) != width:
+            self.tail = self.rows.pop()
+        self.mapping = dict(mapping or {})
+        self.roles = assign(pd.DataFrame(columns=self.header), self.mapping, str(path), [])
+        self._col = {role: self.header.index(col) for role, col in self.roles.items()}
+        tcol = self._col["timestamp"]
+        self._time_style = next((m for m in (_TIME.match(r[tcol]) for r in self.rows) if m),
+                                None)
+        self._refresh()
+
+    # --- reading ------------------------------------------------------------------------
+    def _refresh(self) -> None:
+        tcol = self._col["timestamp"]
+        cells = pd.Series([r[tcol] for r in self.rows], dtype=object)
+        self.ts = convert.parse_timestamps(cells, tz=None, where=lambda i: f"row {i}")
+        if "index" in self._col:
+            self.gpu = np.array([int(_number(r[self._col["index"]])) for r in self.rows])
+        elif "uuid" in self._col:
+            self.gpu = pd.factorize(pd.Series([r[self._col["uuid"]].strip()
+                                               for r in self.rows]))[0]
+        else:  # GPUs of one time step told apart by their order in it (as the reader does)
+            self.gpu = pd.Series(self.ts).groupby(self.ts, sort=False).cumcount().to_numpy()
+
+    def has(self, role: str) -> bool:
+        return role in self._col
+
+    def values(self, role: str) -> Array:
+        """A column as floats (NaN where missing); an absent column is all NaN."""
+        if role not in self._col:
+            return np.full(len(self.rows), math.nan)
+        c = self._col[role]
+        return np.array([_number(r[c]) for r in self.rows])
+
     # --- writing ------------------------------------------------------------------------
     def set(self, role: str, rows: Array, vals: Array) -> None:
         """Write ``vals`` into column ``role`` at ``rows`` in the column's own style."""
@@ -199,30 +239,17 @@ class RawLog:
         """Repeat the rows of the :data:`REPEAT_S` before ``onset`` (POSIX s) for
         ``duration`` s from ``onset`` on; later rows move on by as much (returned, s: a
         whole number of repeats, at least ``duration``)."""
-        src = np.flatnonzero((self.ts >= onset - REPEAT_S) & (self.ts < onset))
-        if not len(src):
-            raise ValueError("no rows before the onset to go on from")
-        period = onset - float(self.ts[src[0]])
-        copies = max(1, math.ceil(duration / period))
-        shift = copies * period
-        new_rows: list[list[str]] = []
-        new_ts: list[float] = []
-        for k in range(copies):
-            for i in src.tolist():
-                new_rows.append(list(self.rows[i]))
-                new_ts.append(float(self.ts[i]) + (k + 1) * period)
-        later = np.flatnonzero(self.ts >= onset)
-        for i in later.tolist():
-            new_ts.append(float(self.ts[i]) + shift)
-        rows = [*[self.rows[i] for i in np.flatnonzero(self.ts < onset).tolist()], *new_rows,
-                *[self.rows[i] for i in later.tolist()]]
-        times = [*self.ts[self.ts < onset].tolist(), *new_ts]
+        order, times, shift = self.inserted(onset, duration)
+        kept = int((self.ts < onset).sum())  # the rows before the onset stay as they are
         tcol = self._col["timestamp"]
-        for r, t in zip(rows[len(rows) - len(new_ts):], new_ts, strict=True):
-            r[tcol] = self._format_time(t)
-        self.rows = rows
-        if self.tail is not None and later.size:
+        rows = [self.rows[i] for i in order[:kept].tolist()]
+        for i, t in zip(order[kept:].tolist(), times[kept:].tolist(), strict=True):
+            row = list(self.rows[i])  # repeated or moved on: a copy with its new time
+            row[tcol] = self._format_time(t)
+            rows.append(row)
+        if self.tail is not None and bool((self.ts >= onset).any()):
             self.tail = None  # an incomplete last line would now sit mid-log: dropped
+        self.rows = rows
         self._refresh()
         assert np.allclose(self.ts, times, atol=2e-3)
         return shift
@@ -313,15 +340,3 @@ class RawLog:
             lines.append(",".join(self.tail))
         p.write_text("\n".join(lines) + "\n")
         return p
-
-    # --- helpers for the faults ---------------------------------------------------------
-    def noise(self, role: str, g: int) -> Array:
-        """Each sample's deviation from the local median (9 samples) of column ``role``,
-        relative to that median, for GPU ``g``'s rows (0 where unknown)."""
-        x = self.values(role)[self.gpu == g]
-        med = pd.Series(x).rolling(9, center=True, min_periods=1).median().to_numpy()
-        with np.errstate(invalid="ignore", divide="ignore"):
-            rel = np.where(med != 0, (x - med) / med, 0.0)
-        return np.nan_to_num(rel)
-
-
