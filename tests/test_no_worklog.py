@@ -15,8 +15,6 @@ import re
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
-#: what the model's own cleanup covers (docs/model.md, watchdog/anomaly/, bench/model*)
-ELSEWHERE = ("docs/model.md", "watchdog/anomaly/", "bench/model")
 SUFFIXES = {".md", ".py", ".sh", ".yaml", ".yml", ".service", ".toml", ".txt", ".cfg"}
 
 NARRATION = [
@@ -50,7 +48,7 @@ def files() -> list[Path]:
     out = []
     for p in sorted(REPO.rglob("*")):
         rel = p.relative_to(REPO).as_posix()
-        if not p.is_file() or p.suffix not in SUFFIXES or rel.startswith(ELSEWHERE):
+        if not p.is_file() or p.suffix not in SUFFIXES:
             continue
         if rel.split("/")[0] in (".git", ".venv", "build", "dist") or ".egg-info" in rel \
                 or rel == "tests/test_no_worklog.py" or "/.pytest_cache/" in f"/{rel}" \
