@@ -1,5 +1,5 @@
 """The package type-checks (mypy, configured in pyproject.toml): explicit ``Any`` refused
-outside ``watchdog/anomaly/`` and every ``# type: ignore`` still needed. Each explicit
+everywhere, the anomaly model included, and every ``# type: ignore`` still needed. Each explicit
 ``Any`` left is a named escape (``watchdog/untyped.py``, the NVML binding's and the fake
 NVML's ctypes objects) that says why where it stands."""
 
@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 REPO = Path(__file__).resolve().parent.parent
-#: explicit Any the checker may count outside anomaly/ (the issue's goal: under 60)
+#: explicit Any the checker may count in the package (the goal: under 60)
 ANY_BUDGET = 10
 
 
@@ -29,8 +29,6 @@ def test_each_explicit_any_is_counted_and_says_why() -> None:
     (mypy reports an ignore that ignores nothing), followed by its reason."""
     found = []
     for p in sorted((REPO / "watchdog").rglob("*.py")):
-        if "anomaly" in p.parts:
-            continue
         for i, line in enumerate(p.read_text().splitlines(), 1):
             m = re.search(r"# type: ignore\[explicit-any\](.*)$", line)
             if m:

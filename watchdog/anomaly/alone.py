@@ -37,14 +37,15 @@ from watchdog.anomaly.gate_limits import (
     SLOW_NOISE_K,
 )
 from watchdog.anomaly.gate_state import GateState, GpuState, Work
+from watchdog.untyped import Array
 
 ACT_AT = np.array([F.INDEX[a] for a in ACTIVITY])
 ACT_TOL = np.array(list(ACTIVITY.values()))
 ACT_ACTIVE = np.array([a in ACTIVE for a in ACTIVITY])
 
 
-def slowed(gs: GateState, uuids: Sequence[str], raw: np.ndarray, busy: np.ndarray,
-           engaged: set[str] | frozenset[str]) -> np.ndarray:
+def slowed(gs: GateState, uuids: Sequence[str], raw: Array, busy: Array,
+           engaged: set[str] | frozenset[str]) -> Array:
     """``raw`` with ``own_power`` (the fall, of its limit) set on the one GPU at work (no
     peers at work; not while its job settles) where it is slowing down (see the module
     docs): a copy where it is set."""
@@ -69,14 +70,14 @@ def slowed(gs: GateState, uuids: Sequence[str], raw: np.ndarray, busy: np.ndarra
     return out
 
 
-def works_at(st: GpuState, row: np.ndarray) -> Work | None:
+def works_at(st: GpuState, row: Array) -> Work | None:
     """What the GPU drew at ``row``'s activity in its current work (:func:`nearest`);
     None where no such activity is remembered."""
     k = nearest(st.works, row)
     return None if k is None else st.works[k]
 
 
-def learn_work(st: GpuState, row: np.ndarray, judged: bool = False) -> None:
+def learn_work(st: GpuState, row: Array, judged: bool = False) -> None:
     """A normal window's activity and power: the most drawn at that activity so far (a
     window part-way into a slowdown never lowers it), or a new activity where none lies
     within :data:`~.gate_limits.SAME_ACTIVITY_REACH` of the tolerances (a job's ramp into
@@ -99,7 +100,7 @@ def learn_work(st: GpuState, row: np.ndarray, judged: bool = False) -> None:
         st.works.append(Work(row[ACT_AT].copy(), power, power))
 
 
-def nearest(works: Sequence[Work], row: np.ndarray, reach: float = 1.0) -> int | None:
+def nearest(works: Sequence[Work], row: Array, reach: float = 1.0) -> int | None:
     """Of remembered activities ``works``, the index of the nearest to ``row``'s whose every
     level lies within ``reach`` of its tolerance, one of :data:`~.gate_limits.ACTIVE` read
     in both (a level unread in either left out); None where there is none. Distance: the

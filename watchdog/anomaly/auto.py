@@ -26,7 +26,7 @@ import threading
 from collections import deque
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING
 
 import numpy as np
 
@@ -36,6 +36,13 @@ from watchdog.anomaly.runner import EVERY_S
 from watchdog.anomaly.stage import AnomalyStage, Engagement
 from watchdog.errors import InputError
 from watchdog.units import duration_in, parse_duration
+from watchdog.untyped import Array, Json, JsonDoc
+
+if TYPE_CHECKING:
+    from collections.abc import Callable, Sequence
+
+    from watchdog.incident import Incident
+    from watchdog.records import DeviceInfo, Sample
 
 log = logging.getLogger("watchdog.records")
 MIN_BASELINE_S = 3600.0
@@ -55,7 +62,7 @@ class ModelSettings:
     refit_s: float = 86400.0
 
 
-def parse(value: Any, at: str) -> ModelSettings | None:
+def parse(value: Json, at: str) -> ModelSettings | None:
     """The config's ``model:`` value -> settings (None: no model). ``at``: file:line."""
     if value is None or value is False or (isinstance(value, str) and value.lower() in
                                            ("none", "off", "")):
@@ -88,7 +95,7 @@ class DaemonModel:
     """The ``anomaly=`` hook of :class:`~watchdog.pipeline.live.LivePipeline`."""
 
     def __init__(self, settings: ModelSettings, state_file: Path, host: str | None,
-                 interval: float, gpu_model: Any = None) -> None:
+                 interval: float, gpu_model: Callable[[], str] | None = None) -> None:
         self.settings = settings
         self.state_file = state_file
         self.interval = interval
@@ -98,21 +105,21 @@ class DaemonModel:
         self.state = "starting"
         self.error: str | None = None
         self.fitted_at: float | None = None
-        self._rows: deque[tuple[float, np.ndarray, np.ndarray]] = deque()
+        self._rows: deque[tuple[float, Array, Array]] = deque()
         self._busy_s: dict[str, float] = {}
         self._engaged_at: dict[str, float] = {}
         self._uuids: list[str] = []
         self._worker: threading.Thread | None = None
-        self._fitted: tuple[Any, float, float] | None = None  # model, when, busy min
+        self._fitted: tuple[train.Model, float, float] | None = None  # model, when, busy min
         self._started = False
         self.coarse = False
         self._busy_at_fit = 0.0  # busy minutes collected when the model in use was fitted
 
-    def open(self, host: str, devices: list[Any]) -> None:
+    def open(self, host: str, devices: Sequence[DeviceInfo]) -> None:
         """The source is open: its host names the incidents, its GPUs' product name picks
         (and is written into) the model."""
         self.stage.set_host(host)
-        names = [d.name for d in devices if getattr(d, "name", None)]
+        names = [d.name for d in devices if d.name]
         self._gpu_name = names[0] if names else "unknown"
 
     def set_interval(self, interval: float) -> None:
@@ -139,7 +146,8 @@ class DaemonModel:
             self.state, self.error = "off", why
 
     # --- the hook --------------------------------------------------------------------
-    def __call__(self, now: float, samples: list[Any], engaged: Engagement) -> list[Any]:
+    def __call__(self, now: float, samples: Sequence[Sample],
+                 engaged: Engagement) -> list[tuple[str, Incident]]:
         """One tick: the readings in, the windows the detector has caught up with judged
         (:class:`~watchdog.anomaly.stage.AnomalyStage`), training data collected."""
         if not self._started:
@@ -186,7 +194,7 @@ class DaemonModel:
         if self.coarse:
             self._warn_coarse(model)
 
-    def _warn_coarse(self, model: Any) -> None:
+    def _warn_coarse(self, model: train.Model) -> None:
         log.warning("anomaly %s; refitting after %.0f more busy minutes",
                     train.coarse_note(model), self.settings.baseline_s / 60.0)
 
@@ -245,7 +253,7 @@ class DaemonModel:
             return busy_s - self._busy_at_fit * 60.0 >= self.settings.baseline_s
         return now - self.fitted_at >= self.settings.refit_s
 
-    def _fit(self, t: np.ndarray, feats: np.ndarray, excl: np.ndarray, gm: str,
+    def _fit(self, t: Array, feats: Array, excl: Array, gm: str,
              now: float, uuids: list[str], busy_min: float) -> None:
         """On the worker thread: fit, save, hand over (never raises)."""
         try:
@@ -266,7 +274,7 @@ class DaemonModel:
                 self.state = "collecting"
             self.fitted_at = now if self.fitted_at is not None else None
 
-    def status(self) -> dict[str, Any]:
+    def status(self) -> JsonDoc:
         """The ``model`` block of ``watchdog status``."""
         m = self.stage.model
         return {"use": self.settings.use, "state": self.state,

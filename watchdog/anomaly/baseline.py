@@ -31,6 +31,7 @@ from collections.abc import Sequence
 import numpy as np
 
 from watchdog.anomaly import features as F
+from watchdog.untyped import Array
 
 MIN_ROWS = 30  # busy windows a GPU needs for a line
 MIN_SPREAD = 0.05  # power_frac range below which the slope is not fitted (flat power)
@@ -53,7 +54,7 @@ REACH_C_PER_SPAN = 3.0
 NODE_MARGIN = 0.1
 
 
-def fit(feats: np.ndarray, ok: np.ndarray) -> np.ndarray:
+def fit(feats: Array, ok: Array) -> Array:
     """``(G, 6)`` lines ``(a, b, p_lo, p_hi, n_lo, n_hi)`` from ``(T, G, F)`` features,
     rows where ``ok`` (``(T, G)`` bool: busy training windows); NaN for a GPU with too few
     rows. ``p_lo..p_hi`` (fraction of the power ceiling): the powers the line was fitted
@@ -98,7 +99,7 @@ def fit(feats: np.ndarray, ok: np.ndarray) -> np.ndarray:
     return _borrow(out, flat)
 
 
-def _borrow(lines: np.ndarray, flat: dict[int, tuple[float, float]]) -> np.ndarray:
+def _borrow(lines: Array, flat: dict[int, tuple[float, float]]) -> Array:
     """``lines`` with each one in ``flat`` (its steady windows gave no slope of
     MIN_SLOPE or more: too narrow a span of power; meanwhile flat, or on the slope over
     every window) turned about its median point to the median slope of the node's other
@@ -120,7 +121,7 @@ def _borrow(lines: np.ndarray, flat: dict[int, tuple[float, float]]) -> np.ndarr
     return out
 
 
-def lagging(feats: np.ndarray, lines: np.ndarray) -> np.ndarray:
+def lagging(feats: Array, lines: Array) -> Array:
     """``(G,)`` bool of ``(G, F)`` features: the GPUs whose temperature is settling back
     towards their own line after a power change (:func:`_settling`), the line taken at
     any power (only its side matters here: after a step beyond the fitted span the GPU
@@ -130,19 +131,19 @@ def lagging(feats: np.ndarray, lines: np.ndarray) -> np.ndarray:
     return _settling(_off_line(feats, lines), feats[:, F.INDEX["temp_slope"]]) & _rising(lines)
 
 
-def _off_line(feats: np.ndarray, lines: np.ndarray) -> np.ndarray:
+def _off_line(feats: Array, lines: Array) -> Array:
     """``temp - (a + b * power)`` (C) of ``(..., G, F)`` features against ``(G, >=2)``
     lines: how far each GPU sits from its own line."""
     return feats[..., F.INDEX["temp_mean"]] - (
         lines[:, 0] + lines[:, 1] * feats[..., F.INDEX["power_frac"]])
 
 
-def _rising(lines: np.ndarray) -> np.ndarray:
+def _rising(lines: Array) -> Array:
     """``(G,)``: lines rising with power by MIN_SLOPE or more (NaN lines: False)."""
     return np.nan_to_num(lines[:, 1]) >= MIN_SLOPE
 
 
-def _settling(r: np.ndarray, slope: np.ndarray) -> np.ndarray:
+def _settling(r: Array, slope: Array) -> Array:
     """Where a GPU ``r`` C from its line (``(...)``) is moving back towards it at
     :data:`SETTLING_C_PER_MIN` or faster (``slope``, C/min): thermal lag after a power
     change, not a departure. A fault moves a GPU away from its line (a drift: above it
@@ -151,14 +152,14 @@ def _settling(r: np.ndarray, slope: np.ndarray) -> np.ndarray:
         return (r * slope < 0) & (np.abs(slope) >= SETTLING_C_PER_MIN)
 
 
-def node_power(feats: np.ndarray) -> np.ndarray:
+def node_power(feats: Array) -> Array:
     """``(...)``: the node's mean ``power_frac`` over its GPUs of ``(..., G, F)`` features
     (the GPUs that read one, idle ones included): the heat the node makes."""
     with np.errstate(all="ignore"), F._quiet():
         return np.nanmean(feats[..., F.INDEX["power_frac"]], axis=-1)
 
 
-def lines_for(uuids: Sequence[str], known: Sequence[str], coef: np.ndarray) -> np.ndarray:
+def lines_for(uuids: Sequence[str], known: Sequence[str], coef: Array) -> Array:
     """``(G, 6)`` lines of ``uuids`` in the order given (NaN for one not in ``known``; a
     model file of ``(U, 2)`` or ``(U, 4)`` lines, before the spans were kept, holds at
     every power of the GPU and of the node)."""
@@ -173,7 +174,7 @@ def lines_for(uuids: Sequence[str], known: Sequence[str], coef: np.ndarray) -> n
     return out
 
 
-def residual(feats: np.ndarray, lines: np.ndarray) -> np.ndarray:
+def residual(feats: Array, lines: Array) -> Array:
     """``own_temp`` (C) of ``(..., G, F)`` features given ``(G, 6)`` lines (or 2 or 4 columns).
 
     Each GPU's distance from its own line is ``r = temp - (a + b * power)``. After a
@@ -246,7 +247,7 @@ def residual(feats: np.ndarray, lines: np.ndarray) -> np.ndarray:
     return _above(np.where((settling & (own * r > 0)) | beyond | shaky, np.nan, own))
 
 
-def _reach(feats: np.ndarray, lines: np.ndarray) -> np.ndarray:
+def _reach(feats: Array, lines: Array) -> Array:
     """``(..., G)``: the distance (C) above each GPU's own line of ``(..., G, F)``
     features at a power beyond the line's fitted span, less :data:`REACH_C_PER_SPAN` per
     span of distance; NaN more than one span beyond, or for a line not rising with power
@@ -265,7 +266,7 @@ def _reach(feats: np.ndarray, lines: np.ndarray) -> np.ndarray:
         return np.where((d > span) | ~_rising(lines), np.nan, out)
 
 
-def _above(own: np.ndarray) -> np.ndarray:
+def _above(own: Array) -> Array:
     """Only a GPU warmer than its own line departs (a fan, a cold plate, its airflow): one
     cooler than it is no fault to act on, and reads 0 (NaN stays NaN). A line fitted on
     a short span extrapolates badly to a power it never saw (the real 8x H100 log's 400 W
@@ -273,8 +274,8 @@ def _above(own: np.ndarray) -> np.ndarray:
     return np.where(own < 0.0, 0.0, own)
 
 
-def complete(feats: np.ndarray, uuids: Sequence[str], known: Sequence[str],
-             coef: np.ndarray | None) -> np.ndarray:
+def complete(feats: Array, uuids: Sequence[str], known: Sequence[str],
+             coef: Array | None) -> Array:
     """A copy of ``(..., G, F)`` features with ``own_temp`` filled (NaN without lines)."""
     out = np.array(feats, dtype=np.float64, copy=True)
     i = F.INDEX["own_temp"]

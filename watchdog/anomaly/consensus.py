@@ -37,11 +37,12 @@ from watchdog.anomaly.gate_limits import (
     UTIL_STEP,
 )
 from watchdog.anomaly.gate_state import GateState, GpuState
+from watchdog.untyped import Array
 
 
-def node_departs(gs: GateState, t: float, uuids: Sequence[str], raw: np.ndarray,
-                 feats: np.ndarray, scores: np.ndarray, judged: list[int],
-                 skip: set[str]) -> tuple[np.ndarray, np.ndarray, set[str]]:
+def node_departs(gs: GateState, t: float, uuids: Sequence[str], raw: Array,
+                 feats: Array, scores: Array, judged: list[int],
+                 skip: set[str]) -> tuple[Array, Array, set[str]]:
     """More than half the busy GPUs over the threshold together: the workload. A known
     normal under which most of them fit is taken at once (:func:`phases.known`); else
     nobody is judged, and held, the node's workload changed."""
@@ -58,7 +59,7 @@ def node_departs(gs: GateState, t: float, uuids: Sequence[str], raw: np.ndarray,
     return feats, scores, skip
 
 
-def moved(gs: GateState, t: float, uuids: Sequence[str], raw: np.ndarray, above: list[int],
+def moved(gs: GateState, t: float, uuids: Sequence[str], raw: Array, above: list[int],
           solo: bool = False) -> set[str]:
     """GPUs over the threshold whose own work changed (:func:`has_evidence`): a job
     started on them, not a fault; held :data:`~.gate_limits.CONSENSUS_WINDOWS` windows (the
@@ -78,7 +79,7 @@ def moved(gs: GateState, t: float, uuids: Sequence[str], raw: np.ndarray, above:
     return out
 
 
-def not_alone(uuids: Sequence[str], scores: np.ndarray, judged: list[int],
+def not_alone(uuids: Sequence[str], scores: Array, judged: list[int],
               above: list[int]) -> set[str]:
     """GPUs over the threshold that do not stand out from the others at work (their score
     less than :data:`~.gate_limits.STAND_OUT_SCORE` over the others' median): the node is
@@ -92,7 +93,7 @@ def not_alone(uuids: Sequence[str], scores: np.ndarray, judged: list[int],
     return out
 
 
-def throttled(gs: GateState, uuids: Sequence[str], feats: np.ndarray, above: list[int]
+def throttled(gs: GateState, uuids: Sequence[str], feats: Array, above: list[int]
               ) -> set[str]:
     """GPUs over the threshold because of a clock-event reason the model never saw
     (furthest outside the training range: time at the power cap, in thermal or HW
@@ -100,7 +101,7 @@ def throttled(gs: GateState, uuids: Sequence[str], feats: np.ndarray, above: lis
     (``rules/throttle.yaml``), not an unnamed fault."""
     out = set()
     for g in above:
-        far = relearn.over(gs.model, feats[g])
+        far = relearn.over(gs.fitted, feats[g])
         if far is None:
             break
         k = int(np.argmax(far))
@@ -109,7 +110,7 @@ def throttled(gs: GateState, uuids: Sequence[str], feats: np.ndarray, above: lis
     return out
 
 
-def with_peers(gs: GateState, uuids: Sequence[str], feats: np.ndarray, above: list[int]
+def with_peers(gs: GateState, uuids: Sequence[str], feats: Array, above: list[int]
                ) -> set[str]:
     """GPUs over the threshold (with peers at work) whose departure their peers share: the
     feature furthest outside the training range is a level of the work (power,
@@ -124,7 +125,7 @@ def with_peers(gs: GateState, uuids: Sequence[str], feats: np.ndarray, above: li
     health feature (``own_temp``, ``sm_clock_unexplained``, the HBM clock): judged."""
     out = set()
     for g in above:
-        far = relearn.over(gs.model, feats[g])
+        far = relearn.over(gs.fitted, feats[g])
         if far is None:
             break
         k = int(np.argmax(far))
@@ -140,7 +141,7 @@ def with_peers(gs: GateState, uuids: Sequence[str], feats: np.ndarray, above: li
     return out
 
 
-def moved_from(st: GpuState, row: np.ndarray) -> tuple[bool, bool]:
+def moved_from(st: GpuState, row: Array) -> tuple[bool, bool]:
     """Whether ``row``'s utilization and memory used moved from the GPU's normal: by more
     than :data:`~.gate_limits.UTIL_STEP` / :data:`~.gate_limits.MEM_STEP`, and by more
     than :data:`~.gate_limits.SPREAD_K` times their usual distance from it (a job's own
@@ -151,7 +152,7 @@ def moved_from(st: GpuState, row: np.ndarray) -> tuple[bool, bool]:
             bool(abs(mem - st.ref[1]) > max(MEM_STEP, SPREAD_K * st.spread[1])))
 
 
-def has_evidence(gs: GateState, u: str, row: np.ndarray, alone: bool = False) -> bool:
+def has_evidence(gs: GateState, u: str, row: Array, alone: bool = False) -> bool:
     """Whether the GPU's work changed, not only its power: memory used or utilization
     moved from its normal (:func:`moved_from`), or (``alone``: the only GPU at work, no
     peers to compare with) it runs a process that started after an idle gap. A GPU that
@@ -169,7 +170,7 @@ def has_evidence(gs: GateState, u: str, row: np.ndarray, alone: bool = False) ->
     return bool(moved_mem or moved_util or (st.after_gap and alone) or harder)
 
 
-def why_changed(st: GpuState, row: np.ndarray) -> str:
+def why_changed(st: GpuState, row: Array) -> str:
     """A workload change's reason in words, for the log and ``watchdog status``."""
     util, mem = row[F.INDEX["util_mean"]], row[F.INDEX["mem_ratio"]]
     moved_util, moved_mem = moved_from(st, row) if st.ref is not None else (False, False)
@@ -185,7 +186,7 @@ def why_changed(st: GpuState, row: np.ndarray) -> str:
     return "most busy GPUs left their normal together"
 
 
-def remember(gs: GateState, u: str, row: np.ndarray) -> None:
+def remember(gs: GateState, u: str, row: Array) -> None:
     """A judged, normal window: the GPU's reference (util, memory, power) and its usual
     distance from it follow it (:data:`~.gate_limits.NORMAL_ALPHA`), and so does the
     power it drew at its activity (:func:`.alone.learn_work`). A metric the log lacks stays

@@ -13,11 +13,15 @@ forest decides *whether*; the deviation says *what*.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING
 
 import numpy as np
 
 from watchdog.anomaly import features as F
+from watchdog.untyped import Array, JsonDoc
+
+if TYPE_CHECKING:
+    from watchdog.anomaly.train import Model
 
 TOP = 3
 
@@ -68,7 +72,7 @@ HINTS = {"temp": "check the fan, airflow or coolant of this GPU",
          "util": "the GPU's work comes in bursts: check its host, data loader and link"}
 
 
-def deviations(model: Any, x: np.ndarray) -> np.ndarray:
+def deviations(model: Model, x: Array) -> Array:
     """Robust z of each feature of rows ``x`` (N, F) against the training data."""
     x = np.where(np.isnan(x), model.center, x)
     return (x - model.center) / model.scale
@@ -79,7 +83,7 @@ def _fmt(name: str, value: float) -> str:
     return f"{format(value * k, spec)}{unit}"
 
 
-def exceedance(model: Any, row: np.ndarray) -> np.ndarray:
+def exceedance(model: Model, row: Array) -> Array:
     """Per feature: how far outside its training range, in the model's units (0 inside)."""
     if model.lo is None or model.hi is None or model.unit is None:
         return np.zeros(len(row))
@@ -87,7 +91,7 @@ def exceedance(model: Any, row: np.ndarray) -> np.ndarray:
     return np.maximum(np.maximum(model.lo - x, x - model.hi), 0.0) / model.unit
 
 
-def top_features(model: Any, row: np.ndarray, n: int = TOP) -> list[dict[str, Any]]:
+def top_features(model: Model, row: Array, n: int = TOP) -> list[JsonDoc]:
     """The ``n`` features furthest from normal: name, observed, normal (both in the
     feature's unit), z, and ``outside`` (units beyond the training range).
 
@@ -103,7 +107,9 @@ def top_features(model: Any, row: np.ndarray, n: int = TOP) -> list[dict[str, An
     # 6 power faults)
     k, p = F.INDEX["own_temp"], F.INDEX["peer_power"]
     rank = list(order)
-    if out[k] > 0 and out[p] > 0 and row[p] < model.lo[p] and rank.index(k) < rank.index(p):
+    lo = model.lo  # set wherever exceedance is non-zero
+    if (out[k] > 0 and out[p] > 0 and lo is not None and row[p] < lo[p]
+            and rank.index(k) < rank.index(p)):
         rank.remove(p)
         rank.insert(rank.index(k), p)
     order = np.array(rank[:n])
@@ -112,8 +118,8 @@ def top_features(model: Any, row: np.ndarray, n: int = TOP) -> list[dict[str, An
              "outside": round(float(out[i]), 1)} for i in order]
 
 
-def as_read(model: Any, top: list[dict[str, Any]], row: np.ndarray, raw: np.ndarray
-            ) -> list[dict[str, Any]]:
+def as_read(model: Model, top: list[JsonDoc], row: Array, raw: Array
+            ) -> list[JsonDoc]:
     """``top`` (ranked on ``row``, the window as the model judged it) with each level the
     gate moved by a re-learned job's offset shown as the GPU reads it (``raw``), against
     that job's normal (the training's normal plus the offset), marked ``job``.
@@ -134,14 +140,14 @@ def as_read(model: Any, top: list[dict[str, Any]], row: np.ndarray, raw: np.ndar
     return out
 
 
-def observed_vs_normal(item: dict[str, Any]) -> str:
+def observed_vs_normal(item: JsonDoc) -> str:
     """``+5.2 C (normal +0.0 C)``: one top feature as a plain string, for the incident's
     flat evidence (the alerting code shows flat values, not the ``features`` list)."""
     name = item["feature"]
     return f"{_fmt(name, item['observed'])} ({_normal(item)} {_fmt(name, item['normal'])})"
 
 
-def _normal(item: dict[str, Any]) -> str:
+def _normal(item: JsonDoc) -> str:
     return "this job's normal" if item.get("job") else "normal"
 
 
@@ -152,8 +158,8 @@ def _hint(name: str) -> str:
     return "compare it with its peers and its own history"
 
 
-def sentence(gpu: int, row: np.ndarray, top: list[dict[str, Any]],
-             peers: np.ndarray | None = None) -> str:
+def sentence(gpu: int, row: Array, top: list[JsonDoc],
+             peers: Array | None = None) -> str:
     """One line: ``GPU 5: temperature trend +2.0 C/min (normal +0.0) at 62% of its
     power limit; its peers sit at 66 C at the same power; check the fan...``."""
     parts = []

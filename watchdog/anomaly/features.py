@@ -68,11 +68,15 @@ with cumulative sums.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING
 
 import numpy as np
 
 from watchdog import reasons as R
+from watchdog.untyped import Array, JsonDoc
+
+if TYPE_CHECKING:
+    import pandas as pd
 
 FEATURE_SCHEMA = 7  # bump when a feature's meaning, unit or order changes
 WINDOW_S = 60.0
@@ -111,15 +115,15 @@ class Grid:
     references (``power``: W, ``sm``/``mem``: MHz) as ``(T, G)`` arrays, or None to use
     the running maximum of the data (see :func:`ceilings`)."""
 
-    t: np.ndarray
+    t: Array
     step: float
     uuids: list[str]
     index: list[int]
-    data: dict[str, np.ndarray]
-    ceil: dict[str, np.ndarray] | None = None
-    extra: dict[str, Any] = field(default_factory=dict)
+    data: dict[str, Array]
+    ceil: dict[str, Array] | None = None
+    extra: JsonDoc = field(default_factory=dict)
 
-    def col(self, name: str) -> np.ndarray:
+    def col(self, name: str) -> Array:
         """The ``(T, G)`` array of ``name``, all NaN when the metric was never read."""
         got = self.data.get(name)
         if got is None:
@@ -137,7 +141,7 @@ def window_ticks(step: float, window: float = WINDOW_S) -> int:
     return max(3, round(window / step))
 
 
-def _ffill(x: np.ndarray, limit: int) -> np.ndarray:
+def _ffill(x: Array, limit: int) -> Array:
     """Forward-fill NaN along time for at most ``limit`` ticks (a missed reading)."""
     if len(x) == 0:
         return x.copy()
@@ -149,7 +153,7 @@ def _ffill(x: np.ndarray, limit: int) -> np.ndarray:
     return np.where(valid, x, np.where(ok, src, np.nan))
 
 
-def rolling_mean(x: np.ndarray, w: int, min_frac: float = 0.5) -> np.ndarray:
+def rolling_mean(x: Array, w: int, min_frac: float = 0.5) -> Array:
     """NaN-aware mean over the last ``w`` rows ending at each row; NaN when fewer than
     ``min_frac`` of them were read or the window is not yet full."""
     valid = ~np.isnan(x)
@@ -169,14 +173,14 @@ def rolling_mean(x: np.ndarray, w: int, min_frac: float = 0.5) -> np.ndarray:
     return out
 
 
-def rolling_std(x: np.ndarray, w: int) -> np.ndarray:
+def rolling_std(x: Array, w: int) -> Array:
     """Population standard deviation over the last ``w`` rows (NaN-aware)."""
     m = rolling_mean(x, w)
     m2 = rolling_mean(x * x, w)
     return np.sqrt(np.maximum(m2 - m * m, 0.0))
 
 
-def rolling_slope(x: np.ndarray, w: int, step: float) -> np.ndarray:
+def rolling_slope(x: Array, w: int, step: float) -> Array:
     """Change per minute over the window: (mean of its last third - mean of its first
     third) / the time between the thirds' centres."""
     k = max(1, w // 3)
@@ -187,13 +191,13 @@ def rolling_slope(x: np.ndarray, w: int, step: float) -> np.ndarray:
     return (last - first) / ((w - k) * step / 60.0)
 
 
-def ceilings(grid: Grid) -> dict[str, np.ndarray]:
+def ceilings(grid: Grid) -> dict[str, Array]:
     """Per-GPU references: the power limit (enforced, else the highest power so far),
     the highest SM and memory clock so far (a running maximum: causal, as live)."""
     if grid.ceil is not None:
         return grid.ceil
 
-    def runmax(x: np.ndarray) -> np.ndarray:
+    def runmax(x: Array) -> Array:
         return np.fmax.accumulate(np.where(np.isnan(x), -np.inf, x), axis=0)
 
     limit = _ffill(grid.col("enforced.power.limit"), 10 ** 9)
@@ -202,7 +206,7 @@ def ceilings(grid: Grid) -> dict[str, np.ndarray]:
             "mem": runmax(grid.col("clocks.mem"))}
 
 
-def _ratio(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+def _ratio(a: Array, b: Array) -> Array:
     with np.errstate(invalid="ignore", divide="ignore"):
         out = a / b
     out[~np.isfinite(out)] = np.nan
@@ -226,7 +230,7 @@ def tail_ticks(step: float, window: float = WINDOW_S) -> int:
     return window_ticks(step, window) + hold_ticks(step) + 1
 
 
-def compute(grid: Grid, window: float = WINDOW_S, *, mask_dead: bool = True) -> np.ndarray:
+def compute(grid: Grid, window: float = WINDOW_S, *, mask_dead: bool = True) -> Array:
     """``(T, G, F)`` features of the window ending at every tick (see module docs).
 
     ``mask_dead=False`` keeps the features of a GPU that was not read (neither
@@ -238,7 +242,7 @@ def compute(grid: Grid, window: float = WINDOW_S, *, mask_dead: bool = True) -> 
     T, G = len(grid.t), len(grid.uuids)
     out = np.full((T, G, len(FEATURES)), np.nan)
 
-    def put(name: str, value: np.ndarray) -> None:
+    def put(name: str, value: Array) -> None:
         out[:, :, INDEX[name]] = value
 
     util = col["utilization.gpu"]
@@ -294,7 +298,7 @@ def compute(grid: Grid, window: float = WINDOW_S, *, mask_dead: bool = True) -> 
     return out
 
 
-def row_median(x: np.ndarray) -> np.ndarray:
+def row_median(x: Array) -> Array:
     """``np.nanmedian(x, axis=1, keepdims=True)`` of a ``(T, G)`` array, value for value
     (the mean of the two middle values when the count is even; NaN where a row has no
     value), without numpy's masked-array path for small axes, which cost the live hook
@@ -309,7 +313,7 @@ def row_median(x: np.ndarray) -> np.ndarray:
     return np.where(n > 0, med, np.nan)[:, None]
 
 
-def _mask_dead(out: np.ndarray) -> None:
+def _mask_dead(out: Array) -> None:
     """NaN every feature of a window where neither utilization nor power was read."""
     dead = np.isnan(out[..., INDEX["util_mean"]]) & np.isnan(out[..., INDEX["power_frac"]])
     out[dead] = np.nan
@@ -325,7 +329,7 @@ def tail_spans(n: int, step: float, window: float = WINDOW_S
     return (max(0, n - pad), n), lagged
 
 
-def rows(grid: Grid, lo: int, hi: int, ref: dict[str, np.ndarray] | None = None) -> Grid:
+def rows(grid: Grid, lo: int, hi: int, ref: dict[str, Array] | None = None) -> Grid:
     """Rows ``lo:hi`` of ``grid``, ceilings included (``ref``: :func:`ceilings` of the
     whole grid, computed here when not given, so a running maximum keeps what came
     before ``lo``)."""
@@ -335,7 +339,7 @@ def rows(grid: Grid, lo: int, hi: int, ref: dict[str, np.ndarray] | None = None)
                 {k: a[lo:hi] for k, a in ref.items()})
 
 
-def last_window(recent: Grid, lagged: Grid | None, window: float = WINDOW_S) -> np.ndarray:
+def last_window(recent: Grid, lagged: Grid | None, window: float = WINDOW_S) -> Array:
     """``(G, F)``: the features of the window ending at ``recent``'s last tick, equal to
     ``compute(grid)[-1]`` at a fraction of the cost (the daemon evaluates one window every
     few seconds, not a whole history).
@@ -357,7 +361,7 @@ def last_window(recent: Grid, lagged: Grid | None, window: float = WINDOW_S) -> 
     return now
 
 
-def peer_temp_last(grid: Grid, window: float = WINDOW_S) -> np.ndarray:
+def peer_temp_last(grid: Grid, window: float = WINDOW_S) -> Array:
     """``(G,)``: ``peer_temp`` of the window ending at ``grid``'s last tick, from the
     temperature alone, with :func:`compute`'s operations on the same rows (so the same
     values, bit for bit, as ``compute(grid, window, mask_dead=False)[-1]``): the drift's
@@ -368,14 +372,14 @@ def peer_temp_last(grid: Grid, window: float = WINDOW_S) -> np.ndarray:
     return (temp - row_median(temp))[0]
 
 
-def _last_mean(grid: Grid, metric: str, window: float) -> np.ndarray:
+def _last_mean(grid: Grid, metric: str, window: float) -> Array:
     """``(G,)``: ``metric``'s mean over the window ending at ``grid``'s last tick, held
     readings filled as :func:`compute` fills them (the same values, bit for bit)."""
     held = _ffill(grid.col(metric), hold_ticks(grid.step))
     return rolling_mean(held, window_ticks(grid.step, window))[-1]
 
 
-def compute_last(grid: Grid, window: float = WINDOW_S) -> np.ndarray:
+def compute_last(grid: Grid, window: float = WINDOW_S) -> Array:
     """``compute(grid, window)[-1]`` through :func:`last_window` (two short slices)."""
     ref = ceilings(grid)
     now, before = tail_spans(len(grid.t), grid.step, window)
@@ -393,11 +397,11 @@ class _quiet:
         self._w.__enter__()
         warnings.simplefilter("ignore", RuntimeWarning)
 
-    def __exit__(self, *exc: Any) -> None:
-        self._w.__exit__(*exc)
+    def __exit__(self, *exc: object) -> None:
+        self._w.__exit__(None, None, None)  # warnings' filters restored; nothing suppressed
 
 
-def valid_rows(feats: np.ndarray) -> np.ndarray:
+def valid_rows(feats: Array) -> Array:
     """``(T, G)`` bool: the windows the model judges and learns from: a GPU at work
     (:func:`busy`). An idle or starting GPU's trouble (a stall, a hang) is the rules'
     to name; judging only working GPUs keeps start-up, pauses and idle servers, the
@@ -405,7 +409,7 @@ def valid_rows(feats: np.ndarray) -> np.ndarray:
     return busy(feats)
 
 
-def busy(feats: np.ndarray) -> np.ndarray:
+def busy(feats: Array) -> Array:
     """``(T, G)`` bool: windows where the GPU works (util >= 50 %, or power >= 40 % of
     its ceiling when utilization is not read)."""
     u = feats[:, :, INDEX["util_mean"]]
@@ -414,7 +418,7 @@ def busy(feats: np.ndarray) -> np.ndarray:
         return np.where(np.isnan(u), p >= 0.4, u >= 50.0)
 
 
-def grid_from_frame(frame: Any, step: float | None = None) -> Grid:
+def grid_from_frame(frame: pd.DataFrame, step: float | None = None) -> Grid:
     """A recording's frame (``ts``, ``uuid``, ``index`` and metric columns) on a grid of
     ``step`` s (default: 1 s, or the log's median interval when that is longer). Several
     readings in one tick: the last one counts."""
@@ -434,7 +438,7 @@ def grid_from_frame(frame: Any, step: float | None = None) -> Grid:
     T = int(k.max()) + 1
     idx_first = {u: int(frame["index"].iloc[i]) for i, u in
                  ((int(np.argmax(uu == u)), u) for u in uuids)} if "index" in frame else {}
-    data: dict[str, np.ndarray] = {}
+    data: dict[str, Array] = {}
     lost = frame["lost"].to_numpy(dtype=bool) if "lost" in frame else np.zeros(len(ts), bool)
     for m in METRICS:
         if m not in frame:

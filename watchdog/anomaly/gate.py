@@ -28,14 +28,16 @@ each change and each re-learned normal is a log line (:attr:`Gate.events`).
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any
-
-import numpy as np
+from typing import TYPE_CHECKING
 
 from watchdog.anomaly import alone, consensus, grace, phases, relearn
 from watchdog.anomaly import features as F
 from watchdog.anomaly.gate_limits import CONSENSUS_WINDOWS
 from watchdog.anomaly.gate_state import GateState, GpuState
+from watchdog.untyped import Array, JsonDoc
+
+if TYPE_CHECKING:
+    from watchdog.anomaly.train import Model
 
 
 class Gate:
@@ -45,11 +47,11 @@ class Gate:
     scores ``(G,)``, the GPUs a rule holds) and returns the features and scores to judge
     with and the GPUs not to judge."""
 
-    def __init__(self, model: Any) -> None:
+    def __init__(self, model: Model | None) -> None:
         self.state = GateState(model)
 
     @property
-    def model(self) -> Any:
+    def model(self) -> Model | None:
         return self.state.model
 
     @property
@@ -61,7 +63,7 @@ class Gate:
         """``(t, line)``: workload changes and re-learned normals, for the log."""
         return self.state.events
 
-    def set_model(self, model: Any) -> None:
+    def set_model(self, model: Model | None) -> None:
         """A refit: learned normals were offsets against the old model, so they go."""
         gs = self.state
         gs.model = model
@@ -70,15 +72,15 @@ class Gate:
         for st in gs.gpus.values():  # a fall was judged against an offset that went
             st.fell = False
 
-    def observe(self, t: float, uuids: Sequence[str], feats: np.ndarray,
+    def observe(self, t: float, uuids: Sequence[str], feats: Array,
                 engaged: set[str] | frozenset[str]) -> None:
         """A window seen but not judged (before the model, or the part it was fitted on):
         only the GPUs' transitions follow it."""
         grace.transit(self.state, t, uuids, feats, F.valid_rows(feats[None])[0], engaged)
 
-    def step(self, t: float, uuids: Sequence[str], feats: np.ndarray, scores: np.ndarray,
+    def step(self, t: float, uuids: Sequence[str], feats: Array, scores: Array,
              engaged: set[str] | frozenset[str]
-             ) -> tuple[np.ndarray, np.ndarray, set[str]]:
+             ) -> tuple[Array, Array, set[str]]:
         """``(feats, scores, skip)``: the window to judge (offsets applied), its scores,
         and the GPUs not to judge at ``t`` (a rule holds them, a grace or a re-learning
         runs, or the node departs together)."""
@@ -89,14 +91,14 @@ class Gate:
         real = raw  # the transitions and the re-learning see the real trends
         raw = grace.lag(gs, t, uuids, raw)
         if real is not feats:  # peers re-taken among the job's GPUs: score that
-            scores = relearn.score(gs.model, real, busy)
+            scores = relearn.score(gs.fitted, real, busy)
         skip: set[str] = set(engaged) | pausing | in_grace
         # a lag is no fault, but the departure it is part of may be a new job's
         feats, s_real = relearn.apply(gs, uuids, real, scores, gs.current)
         scores = s_real
         if raw is not real:
             feats, scores = relearn.apply(gs, uuids, raw, None, gs.current)
-        thr = gs.model.threshold
+        thr = gs.fitted.threshold
         judged = [g for g, u in enumerate(uuids) if busy[g] and u not in engaged]
         if gs.relearn is not None:
             steady = [g for g in judged if uuids[g] not in skip]  # no grace, no checkpoint
@@ -136,13 +138,13 @@ class Gate:
         for g, u in enumerate(uuids):
             if g not in above:
                 gs.gpus[u].moved = 0
-        q = float(gs.model.calibration.get("in_sample_q", thr))
+        q = float(gs.fitted.calibration.get("in_sample_q", thr))
         for g in judged:  # a window like the training's (not one just under the threshold)
-            if uuids[g] not in skip and scores[g] <= q and relearn.inside(gs.model, feats[g]):
+            if uuids[g] not in skip and scores[g] <= q and relearn.inside(gs.fitted, feats[g]):
                 consensus.remember(gs, uuids[g], raw[g])
         return _for_runner(feats, raw), scores, skip
 
-    def status(self) -> dict[str, Any]:
+    def status(self) -> JsonDoc:
         """For ``watchdog status``: the last workload change (data time) and its reason."""
         gs = self.state
         return {"workload_changed_at": gs.workload_changed_at,
@@ -150,7 +152,7 @@ class Gate:
                 "relearning": gs.relearn is not None}
 
 
-def _for_runner(feats: np.ndarray, raw: np.ndarray) -> np.ndarray:
+def _for_runner(feats: Array, raw: Array) -> Array:
     """The features the runner explains: shifted, but with the GPU's own utilization (the
     runner judges only a GPU at work, by its real utilization)."""
     if feats is raw:

@@ -12,16 +12,18 @@ from __future__ import annotations
 import math
 from collections import deque
 from dataclasses import dataclass, field
-from typing import Any
-
-import numpy as np
+from typing import TYPE_CHECKING
 
 from watchdog.anomaly.gate_limits import ACTIVITIES_KEPT, LAG_WINDOWS, PHASES_KEPT
+from watchdog.untyped import Array
+
+if TYPE_CHECKING:
+    from watchdog.anomaly.train import Model
 
 # A learned normal: each GPU's feature offsets (uuid -> (F,)), the job's as a whole: a
 # workload change re-learns every GPU of the job together, and a node back on a job it
 # ran before takes that job's offsets for all of its GPUs at once
-Normal = dict[str, np.ndarray]
+Normal = dict[str, Array]
 
 
 @dataclass
@@ -30,7 +32,7 @@ class Work:
     the power it drew there: the most, and the mean and variance of its judged-normal
     windows (exponentially weighted, :data:`~.gate_limits.ACTIVITY_ALPHA`)."""
 
-    act: np.ndarray
+    act: Array
     most: float
     mean: float
     var: float = 0.0
@@ -68,9 +70,9 @@ class GpuState:
     works: deque[Work] = field(default_factory=lambda: deque(maxlen=ACTIVITIES_KEPT))
     # re-learning (relearn.py): part of the change under way, and its windows there
     settling: bool = False
-    early: list[np.ndarray] | None = None  # its job's first busy windows
-    last: deque[np.ndarray] | None = None  # its last busy windows, grace or not
-    steady: deque[np.ndarray] | None = None  # its last steady windows (no grace)
+    early: list[Array] | None = None  # its job's first busy windows
+    last: deque[Array] | None = None  # its last busy windows, grace or not
+    steady: deque[Array] | None = None  # its last steady windows (no grace)
     fell: bool = False  # fell from its peers while its job settled: peer_power judged shifted
 
     def new_work(self, t: float) -> None:
@@ -97,7 +99,7 @@ class Relearn:
 class GateState:
     """The node's gate: its GPUs' states and what the node as a whole remembers."""
 
-    model: Any
+    model: Model | None  # None: not fitted yet (the daemon collecting its baseline)
     gpus: dict[str, GpuState] = field(default_factory=dict)
     normals: list[Normal] = field(default_factory=lambda: [{}])  # the fitted model's first
     current: Normal = field(default_factory=dict)
@@ -109,6 +111,14 @@ class GateState:
     workload_changed_at: float | None = None
     workload_change: str | None = None
     events: list[tuple[float, str]] = field(default_factory=list)  # (t, line) for the log
+
+    @property
+    def fitted(self) -> Model:
+        """The model the gate judges with: set whenever a window is judged (the
+        transitions stepped before a fit read no model)."""
+        if self.model is None:
+            raise RuntimeError("the anomaly gate judges only with a fitted model")
+        return self.model
 
     def gpu(self, u: str) -> GpuState:
         """GPU ``u``'s state (a new one the first time it is seen)."""

@@ -44,11 +44,12 @@ from watchdog.anomaly.gate_limits import (
     WARM_MIN_S,
 )
 from watchdog.anomaly.gate_state import GateState, GpuState
+from watchdog.untyped import Array
 
 
-def transit(gs: GateState, t: float, uuids: Sequence[str], feats: np.ndarray,
-            busy: np.ndarray, engaged: set[str] | frozenset[str]
-            ) -> tuple[np.ndarray, set[str], set[str]]:
+def transit(gs: GateState, t: float, uuids: Sequence[str], feats: Array,
+            busy: Array, engaged: set[str] | frozenset[str]
+            ) -> tuple[Array, set[str], set[str]]:
     """One window's transitions: each GPU's grace and phase bookkeeping, then the window
     with the peers taken among the job's GPUs (:func:`job.adjust`); returns it, the GPUs
     of a job waiting in a checkpoint, and the busy GPUs in a grace."""
@@ -110,7 +111,7 @@ def begin(st: GpuState, t: float, minimum: float, why: str, fixed: bool = False)
         st.new_work(t)
 
 
-def in_grace(st: GpuState, t: float, row: np.ndarray) -> bool:
+def in_grace(st: GpuState, t: float, row: Array) -> bool:
     """Whether the GPU is still in its grace at ``t`` (``row``: its window); a grace that
     ended is forgotten."""
     if st.grace_from is None:
@@ -124,7 +125,7 @@ def in_grace(st: GpuState, t: float, row: np.ndarray) -> bool:
     return False
 
 
-def lag(gs: GateState, t: float, uuids: Sequence[str], raw: np.ndarray) -> np.ndarray:
+def lag(gs: GateState, t: float, uuids: Sequence[str], raw: Array) -> Array:
     """``raw`` with :data:`~.gate_limits.LAG_FEATURES` read as normal (NaN) on the GPUs
     :func:`lagging` (a copy where any is; the transitions and the re-learning keep the
     real trend: they ask whether the GPU has settled)."""
@@ -136,7 +137,7 @@ def lag(gs: GateState, t: float, uuids: Sequence[str], raw: np.ndarray) -> np.nd
     return out
 
 
-def lagging(gs: GateState, t: float, uuids: Sequence[str], feats: np.ndarray) -> np.ndarray:
+def lagging(gs: GateState, t: float, uuids: Sequence[str], feats: Array) -> Array:
     """``(G,)``: GPUs whose temperature follows a recent power step, or settles back towards
     their own thermal line (:func:`baseline.lagging`): physics, read as normal. A job whose
     power steps are larger than the fit's first job's (0.47 -> 0.83 of the limit on a GPU
@@ -154,13 +155,13 @@ def lagging(gs: GateState, t: float, uuids: Sequence[str], feats: np.ndarray) ->
         step = pf[g] - old[0] if old else 0.0
         out[g] = (abs(step) >= LAG_STEP and step * slope[g] > 0
                   and abs(slope[g]) >= LAG_C_PER_MIN)
-    coef, known = gs.model.base_coef, gs.model.base_uuids
+    coef, known = gs.fitted.base_coef, gs.fitted.base_uuids
     if coef is not None and len(known):
         out |= baseline.lagging(feats, baseline.lines_for(uuids, known, coef))
     return out
 
 
-def start_up_mask(t: np.ndarray, feats: np.ndarray, every: int = 1) -> np.ndarray:
+def start_up_mask(t: Array, feats: Array, every: int = 1) -> Array:
     """``(T, G)`` bool: the windows of each GPU's start-up grace (its first busy window
     on, :data:`~.gate_limits.WARM_MIN_S` and until settled, at most
     :data:`~.gate_limits.GRACE_MAX_S`), found by the gate's own transitions stepped every

@@ -29,9 +29,10 @@ import numpy as np
 from watchdog.anomaly import features as F
 from watchdog.anomaly.gate_limits import IDLE_UTIL, MEMBER_MEM, SPIN_POWER
 from watchdog.anomaly.gate_state import GateState
+from watchdog.untyped import Array
 
 
-def job_peers(feats: np.ndarray) -> np.ndarray:
+def job_peers(feats: Array) -> Array:
     """``(..., G, F)`` features with the peer features taken among the job's GPUs (see the
     module docs): where some GPUs of a window neither work nor hold memory, each member's
     peer features against the median of the members at work (0 with fewer than two), a
@@ -61,8 +62,8 @@ def job_peers(feats: np.ndarray) -> np.ndarray:
     return out
 
 
-def adjust(gs: GateState, t: float, uuids: Sequence[str], feats: np.ndarray,
-           busy: np.ndarray) -> tuple[np.ndarray, set[str]]:
+def adjust(gs: GateState, t: float, uuids: Sequence[str], feats: Array,
+           busy: Array) -> tuple[Array, set[str]]:
     """The window as the model should see it (:func:`job_peers`, a drift without its
     history unknown) and the GPUs of a job waiting in a checkpoint (whose idle spell then
     begins: their grace follows it)."""

@@ -12,9 +12,9 @@ on part of the node) is fitted on its own first part.
 from __future__ import annotations
 
 import math
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Protocol
 
 import numpy as np
 
@@ -23,6 +23,12 @@ from watchdog.anomaly import runner, train
 from watchdog.errors import InputError
 from watchdog.incident import Incident
 from watchdog.sources import is_sim
+from watchdog.untyped import Array, JsonDoc
+
+if TYPE_CHECKING:
+    import pandas as pd
+
+    from watchdog.anomaly.stage import Engagement
 
 AUTO_FRACTION = 0.4
 AUTO_BUSY_MIN = 10.0
@@ -48,7 +54,7 @@ class Decision:
     fit_from: float | None = None
     fit_until: float | None = None
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> JsonDoc:
         from watchdog.incident import iso
 
         return {"gpu": self.gpu, "uuid": self.uuid, "decision": self.decision,
@@ -98,7 +104,7 @@ def _shown(path: str) -> str:
     return path if is_sim(path) else Path(path).name
 
 
-def gpu_model_of(frame: Any, sim_key: str | None = None) -> str:
+def gpu_model_of(frame: pd.DataFrame, sim_key: str | None = None) -> str:
     """The GPU product name of a recording: the simulated type's name, the log's
     ``name`` column, or ``unknown``."""
     if sim_key is not None:
@@ -112,15 +118,15 @@ def gpu_model_of(frame: Any, sim_key: str | None = None) -> str:
     return "unknown"
 
 
-def exclusion(grid: F.Grid, incidents: list[Incident]) -> np.ndarray:
+def exclusion(grid: F.Grid, incidents: list[Incident]) -> Array:
     """``(T, G)``: windows overlapping an incident (left out of training)."""
     pad = F.window_ticks(grid.step) * grid.step  # a window still holds the incident
     return runner.engaged_mask(grid.t, grid.uuids, incidents, pad)
 
 
 def fit_grid(grid: F.Grid, incidents: list[Incident], gpu_model: str, *,
-             until: float | np.ndarray | None = None, seed: int = 0,
-             feats: np.ndarray | None = None, min_windows: int = 200
+             until: float | Array | None = None, seed: int = 0,
+             feats: Array | None = None, min_windows: int = 200
              ) -> tuple[train.Model, dict[str, float]]:
     """Fit on a grid (ticks before ``until`` only: one time for every GPU, or ``(G,)``
     times, one per GPU column, ``inf`` for all of it and ``-inf`` for none), leaving out
@@ -145,7 +151,7 @@ class Part:
     total_min: float
 
 
-def auto_parts(grid: F.Grid, feats: np.ndarray) -> list[Part]:
+def auto_parts(grid: F.Grid, feats: Array) -> list[Part]:
     """Per GPU column of ``grid``: the first :data:`AUTO_FRACTION` of its busy windows,
     fitted when they hold :data:`AUTO_BUSY_MIN` busy minutes or more."""
     busy = F.busy(feats)
@@ -162,13 +168,30 @@ def auto_parts(grid: F.Grid, feats: np.ndarray) -> list[Part]:
     return out
 
 
+class Replay(Protocol):
+    """What :func:`apply` reads and writes of a replayed log
+    (:class:`~watchdog.pipeline.replay.Replayed`)."""
+
+    @property
+    def frame(self) -> pd.DataFrame: ...
+    @property
+    def path(self) -> str: ...
+    @property
+    def host(self) -> str: ...
+    @property
+    def engaged(self) -> Engagement | None: ...
+
+    incidents: list[Incident]
+    model: list[Decision]
+
+
 def auto_min_windows(step: float) -> int:
     """The windows one GPU's :data:`AUTO_BUSY_MIN` busy minutes give a fit (one every
     :data:`train.STRIDE_S`, or every tick of a log sampled less often)."""
     return max(1, int(AUTO_BUSY_MIN * 60.0 / max(step, train.STRIDE_S)))
 
 
-def apply(results: list[Any], spec: str, sim_key: str | None,
+def apply(results: Sequence[Replay], spec: str, sim_key: str | None,
           note: Callable[[str], None]) -> None:
     """Add anomaly incidents to each replayed result (``spec``: a model file or auto) and
     what the model did with each of its GPUs (``result.model``: :class:`Decision`).
@@ -218,7 +241,7 @@ def apply(results: list[Any], spec: str, sim_key: str | None,
         r.incidents = sorted([*r.incidents, *found], key=lambda i: i.started_at)
 
 
-def _auto_decision(gpu: str, uuid: str, part: Part, model: Any, why: str | None,
+def _auto_decision(gpu: str, uuid: str, part: Part, model: train.Model | None, why: str | None,
                    t0: float) -> Decision:
     """One GPU's ``--model auto`` decision (``why``: the fit of the log failed)."""
     share = f"{AUTO_FRACTION * 100:.0f} %"
@@ -237,7 +260,7 @@ class _Upto:
     """An engagement timeline seen only up to ``until`` (s): the stage judges the windows
     the agent would have judged before a rule's transition at that time."""
 
-    def __init__(self, engaged: Any, until: float) -> None:
+    def __init__(self, engaged: Engagement, until: float) -> None:
         self._engaged = engaged
         self.until = min(until, engaged.until)
 
@@ -249,7 +272,7 @@ class _Held:
     """An engagement timeline on which each GPU is also held (not judged) before its own
     time in ``judge_from`` (the part ``--model auto`` fitted it on; ``inf``: declined)."""
 
-    def __init__(self, engaged: Any, judge_from: dict[str, float]) -> None:
+    def __init__(self, engaged: Engagement, judge_from: dict[str, float]) -> None:
         self._engaged = engaged
         self.until = engaged.until
         self._from = judge_from
@@ -258,8 +281,9 @@ class _Held:
         return self._engaged.at(t) | {u for u, x in self._from.items() if t < x}
 
 
-def judge_recording(model: Any, grid: F.Grid, host: str, engaged: Any = None, *,
-                    start: float | None = None, feats: np.ndarray | None = None,
+def judge_recording(model: train.Model, grid: F.Grid, host: str,
+                    engaged: Engagement | None = None, *,
+                    start: float | None = None, feats: Array | None = None,
                     rules: list[Incident] | None = None,
                     judge_from: dict[str, float] | None = None) -> list[Incident]:
     """The anomaly incidents of a recording on its grid: the windows go through the one

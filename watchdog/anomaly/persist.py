@@ -26,7 +26,7 @@ import json
 import os
 import tempfile
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING
 
 import numpy as np
 
@@ -34,6 +34,10 @@ from watchdog.anomaly import features as F
 from watchdog.anomaly.score import Forest
 from watchdog.anomaly.train import Model
 from watchdog.errors import InputError
+from watchdog.untyped import Array, JsonDoc
+
+if TYPE_CHECKING:
+    from watchdog.npzsafe import Archive
 
 MAGIC = b"NVWD-ANOMALY-MODEL 1\n"
 ARRAYS = ("feature", "threshold", "left", "right", "leaf_path")
@@ -158,7 +162,7 @@ def loads(data: bytes, where: str = "model", gpu_model: str | None = None) -> Mo
     return _build(arrays, meta, where, gpu_model)
 
 
-def _read_meta(z: Any, where: str) -> dict[str, Any]:
+def _read_meta(z: Archive, where: str) -> JsonDoc:
     """The metadata (schema first: an older file lacks the newer arrays)."""
     m = z.members.get("meta")
     if m is None or m.dtype.kind not in "iub" or len(m.shape) != 1 or m.nbytes > MAX_META:
@@ -177,7 +181,7 @@ def _read_meta(z: Any, where: str) -> dict[str, Any]:
     return meta
 
 
-def _check_shapes(z: Any, where: str) -> None:
+def _check_shapes(z: Archive, where: str) -> None:
     """Every array's dtype and shape from its header, before any is read: trees and
     nodes per tree within their caps, the five tree arrays alike, the feature vectors
     one value per feature, the baseline two per GPU."""
@@ -204,14 +208,14 @@ def _check_shapes(z: Any, where: str) -> None:
 VECTORS = ("fill", "center", "scale", "lo", "hi", "unit")
 
 
-def _finite(meta: dict[str, Any], key: str, where: str) -> float:
+def _finite(meta: JsonDoc, key: str, where: str) -> float:
     v = meta.get(key)
     if isinstance(v, bool) or not isinstance(v, int | float) or not np.isfinite(v):
         raise ModelFileError(f"{where}: {key} {v!r} is not a finite number")
     return float(v)
 
 
-def _build(a: dict[str, np.ndarray], meta: dict[str, Any], where: str,
+def _build(a: dict[str, Array], meta: JsonDoc, where: str,
            gpu_model: str | None) -> Model:
     base_uuids = meta.get("baseline_uuids")
     coef = a["base_coef"]
@@ -266,7 +270,7 @@ def _build(a: dict[str, np.ndarray], meta: dict[str, Any], where: str,
     return model
 
 
-def describe(model: Model) -> dict[str, Any]:
+def describe(model: Model) -> JsonDoc:
     """A JSON-ready summary (status, train output)."""
     return {"gpu_model": model.gpu_model, "schema": model.schema,
             "trained_from": model.trained_from, "trained_to": model.trained_to,

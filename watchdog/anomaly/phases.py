@@ -28,6 +28,7 @@ from watchdog.anomaly.gate_limits import (
     WARM_MIN_S,
 )
 from watchdog.anomaly.gate_state import GateState, GpuState, Normal, Relearn
+from watchdog.untyped import Array
 
 
 def hold(st: GpuState, t: float, power: float) -> None:
@@ -41,7 +42,7 @@ def hold(st: GpuState, t: float, power: float) -> None:
     st.stay = (power, t)
 
 
-def phase(gs: GateState, t: float, uuids: Sequence[str], feats: np.ndarray,
+def phase(gs: GateState, t: float, uuids: Sequence[str], feats: Array,
           above: list[int]) -> set[str]:
     """GPUs working alone, over the threshold at a power level their job held before
     (within :data:`~.gate_limits.PHASE_TOL`, for :data:`~.gate_limits.PHASE_MIN_S` or more)
@@ -57,7 +58,7 @@ def phase(gs: GateState, t: float, uuids: Sequence[str], feats: np.ndarray,
     out = set()
     for g in above:
         st = gs.gpus[uuids[g]]
-        far = relearn.over(gs.model, feats[g])
+        far = relearn.over(gs.fitted, feats[g])
         if st.stay is None or far is None:
             continue
         level, since = st.stay
@@ -69,8 +70,8 @@ def phase(gs: GateState, t: float, uuids: Sequence[str], feats: np.ndarray,
     return out
 
 
-def known(gs: GateState, uuids: Sequence[str], raw: np.ndarray, judged: list[int]
-          ) -> tuple[np.ndarray, np.ndarray] | None:
+def known(gs: GateState, uuids: Sequence[str], raw: Array, judged: list[int]
+          ) -> tuple[Array, Array] | None:
     """Features and scores under another known normal when most of ``judged`` fall below
     there (it becomes the current one): of those, the one under which most fall below,
     then the lowest scores.
@@ -83,8 +84,8 @@ def known(gs: GateState, uuids: Sequence[str], raw: np.ndarray, judged: list[int
     GPUs' memory differently paged "memory used 50% (normal 88%)" on both); only memory:
     taking all of the peers' offsets gave the node's hot GPU its peers' temperature offsets
     ("temperature 68 C (normal 42 C)"). A GPU that departs from its peers stays over."""
-    thr = gs.model.threshold
-    best: tuple[tuple[int, float], Normal, np.ndarray, np.ndarray] | None = None
+    thr = gs.fitted.threshold
+    best: tuple[tuple[int, float], Normal, Array, Array] | None = None
     for normal in gs.normals:
         if normal is gs.current:
             continue

@@ -28,7 +28,7 @@ from __future__ import annotations
 import math
 from collections import deque
 from collections.abc import Sequence
-from typing import Any
+from typing import TYPE_CHECKING
 
 import numpy as np
 
@@ -50,9 +50,13 @@ from watchdog.anomaly.gate_limits import (
     WARM_MIN_S,
 )
 from watchdog.anomaly.gate_state import GateState, Normal
+from watchdog.untyped import Array
+
+if TYPE_CHECKING:
+    from watchdog.anomaly.train import Model
 
 
-def collect(gs: GateState, t: float, uuids: Sequence[str], raw: np.ndarray,
+def collect(gs: GateState, t: float, uuids: Sequence[str], raw: Array,
             judged: list[int], working: list[int]) -> None:
     """One window of a change under way: each settling GPU's first busy windows and last
     ones (``working``: power does not lag, so what it drew from the job's first busy
@@ -100,7 +104,7 @@ def end(gs: GateState) -> None:
 
 def learn(gs: GateState, t: float) -> None:
     """The new normal from the settled windows (see the module docs)."""
-    model = gs.model
+    model = gs.fitted
     rows = {u: np.stack(list(st.steady)) for u, st in gs.gpus.items() if st.steady is not None}
     fell = falls(gs, t)
     pp = F.INDEX["peer_power"]
@@ -209,13 +213,13 @@ def falls(gs: GateState, t: float) -> dict[str, float]:
     return out
 
 
-def fits(gs: GateState, rows: dict[str, np.ndarray], normal: Normal) -> bool:
+def fits(gs: GateState, rows: dict[str, Array], normal: Normal) -> bool:
     """Whether every GPU's settled windows, less ``normal``'s offsets, look like the
     training: their median inside the training range (the features that may shift) and at
     least :data:`~.gate_limits.RELEARN_FIT_SHARE` of them scoring under the fit's in-sample
     quantile (not merely under the threshold, which a level just outside the range can
     pass and the job's next phase then cross)."""
-    model = gs.model
+    model = gs.fitted
     lo, hi = model.lo, model.hi
     q = float(model.calibration.get("in_sample_q", model.threshold))
     may = np.array([f not in NEVER_SHIFTED for f in F.FEATURES])
@@ -234,7 +238,7 @@ def fits(gs: GateState, rows: dict[str, np.ndarray], normal: Normal) -> bool:
 
 
 # --- offsets and the training range ----------------------------------------------------
-def score(model: Any, x: np.ndarray, ok: np.ndarray) -> np.ndarray:
+def score(model: Model, x: Array, ok: Array) -> Array:
     """Scores of rows ``x`` (N, F) where ``ok`` (the raw windows' busy mask), NaN elsewhere."""
     s = np.full(len(x), np.nan)
     if ok.any():
@@ -242,24 +246,24 @@ def score(model: Any, x: np.ndarray, ok: np.ndarray) -> np.ndarray:
     return s
 
 
-def apply(gs: GateState, uuids: Sequence[str], raw: np.ndarray, scores: np.ndarray | None,
-          normal: Normal) -> tuple[np.ndarray, np.ndarray]:
+def apply(gs: GateState, uuids: Sequence[str], raw: Array, scores: Array | None,
+          normal: Normal) -> tuple[Array, Array]:
     """``raw`` less ``normal``'s offsets, and its scores (``scores``: those of ``raw``, kept
     when no offset applies)."""
     ok = F.valid_rows(raw[None])[0]
     if not normal or not any(u in normal for u in uuids):
-        return raw, scores if scores is not None else score(gs.model, raw, ok)
+        return raw, scores if scores is not None else score(gs.fitted, raw, ok)
     off = np.stack([normal.get(u, np.zeros(raw.shape[1])) for u in uuids])
-    shifted = nearer(gs.model, raw, raw - off)
+    shifted = nearer(gs.fitted, raw, raw - off)
     if normal is gs.current:  # a fallen GPU is judged against where it fell from
         pp = F.INDEX["peer_power"]
         for g, u in enumerate(uuids):
             if u in gs.gpus and gs.gpus[u].fell:
                 shifted[g, pp] = raw[g, pp] - off[g, pp]
-    return shifted, score(gs.model, shifted, ok)
+    return shifted, score(gs.fitted, shifted, ok)
 
 
-def nearer(model: Any, raw: np.ndarray, shifted: np.ndarray) -> np.ndarray:
+def nearer(model: Model, raw: Array, shifted: Array) -> Array:
     """Feature by feature, the raw level where it lies nearer the training range than the
     shifted one (inside it: distance 0), else the shifted level.
 
@@ -278,7 +282,7 @@ def nearer(model: Any, raw: np.ndarray, shifted: np.ndarray) -> np.ndarray:
         return np.where(d_raw < d_sh, raw, shifted)
 
 
-def over(model: Any, row: np.ndarray) -> np.ndarray | None:
+def over(model: Model, row: Array) -> Array | None:
     """``(F,)``: how far each feature of ``row`` lies outside the model's training range,
     in its units (negative inside; NaN read as the fill); None without a range. The
     furthest one names what a departure is made of."""
@@ -289,7 +293,7 @@ def over(model: Any, row: np.ndarray) -> np.ndarray | None:
     return np.maximum(lo - x, x - hi) / unit
 
 
-def inside(model: Any, row: np.ndarray) -> bool:
+def inside(model: Model, row: Array) -> bool:
     """Whether the (shifted) window's levels that may shift lie inside the training range."""
     lo, hi = model.lo, model.hi
     if lo is None or hi is None:

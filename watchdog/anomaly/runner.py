@@ -29,13 +29,17 @@ from __future__ import annotations
 
 from collections import deque
 from collections.abc import Sequence
-from typing import Any
+from typing import TYPE_CHECKING
 
 import numpy as np
 
 from watchdog.anomaly import explain
 from watchdog.anomaly import features as F
 from watchdog.incident import Incident
+from watchdog.untyped import Array
+
+if TYPE_CHECKING:
+    from watchdog.anomaly.train import Model
 
 K_OF = 4
 N_OF = 6
@@ -47,7 +51,7 @@ RULE = "anomaly_model"
 class Runner:
     """Persistence and incidents for one node; see the module docs."""
 
-    def __init__(self, model: Any, host: str, *, k: int = K_OF, n: int = N_OF) -> None:
+    def __init__(self, model: Model, host: str, *, k: int = K_OF, n: int = N_OF) -> None:
         self.model = model
         self.host = host
         self.k, self.n = k, n
@@ -60,8 +64,8 @@ class Runner:
         self.evaluations = 0
 
     def step(self, now: float, uuids: Sequence[str], index: Sequence[int],
-             feats: np.ndarray, engaged: set[str] | frozenset[str] = frozenset(),
-             scores: np.ndarray | None = None, raw: np.ndarray | None = None
+             feats: Array, engaged: set[str] | frozenset[str] = frozenset(),
+             scores: Array | None = None, raw: Array | None = None
              ) -> list[tuple[str, Incident]]:
         """One evaluation at ``now`` of features ``(G, F)``; returns transitions.
         ``raw``: the window as read, where ``feats`` are the gate's (a re-learned job's
@@ -123,8 +127,8 @@ class Runner:
         return any(now - 2 * window <= t <= now - window + 1e-6 for t in held)
 
     def _incident(self, uuid: str, index: int, started: float, now: float,
-                  row: np.ndarray, score: float, peers: np.ndarray | None,
-                  raw: np.ndarray) -> Incident:
+                  row: Array, score: float, peers: Array | None,
+                  raw: Array) -> Incident:
         top = explain.as_read(self.model, explain.top_features(self.model, row), row, raw)
         text = explain.sentence(index, raw, top, peers)
         return Incident(
@@ -137,8 +141,8 @@ class Runner:
                       "features": top, "method": "robust z against training"})
 
 
-def engaged_mask(t: np.ndarray, uuids: Sequence[str], incidents: Sequence[Incident],
-                 pad: float = 0.0) -> np.ndarray:
+def engaged_mask(t: Array, uuids: Sequence[str], incidents: Sequence[Incident],
+                 pad: float = 0.0) -> Array:
     """``(T, G)`` bool: ticks where a rule incident covering the GPU ran (from its
     start, pending included, to its end, plus ``pad`` s)."""
     col = {u: i for i, u in enumerate(uuids)}

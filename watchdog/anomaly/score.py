@@ -14,8 +14,10 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from watchdog.untyped import Array
 
-def average_path_length(n: np.ndarray | float) -> np.ndarray:
+
+def average_path_length(n: Array | float) -> Array:
     """c(n): mean path length of an unsuccessful search in a BST of ``n`` points
     (c(1) = 0, c(2) = 1), as in Liu et al. 2008 and scikit-learn."""
     n = np.asarray(n, dtype=np.float64)
@@ -33,15 +35,15 @@ class Forest:
     """Trees as padded ``(n_trees, n_nodes)`` arrays. ``feature`` -1 marks a leaf;
     ``leaf_path``: depth + c(samples in the leaf) at leaves; ``norm``: c(max_samples)."""
 
-    feature: np.ndarray
-    threshold: np.ndarray
-    left: np.ndarray
-    right: np.ndarray
-    leaf_path: np.ndarray
+    feature: Array
+    threshold: Array
+    left: Array
+    right: Array
+    leaf_path: Array
     max_depth: int
     norm: float
 
-    def scores(self, x: np.ndarray) -> np.ndarray:
+    def scores(self, x: Array) -> Array:
         """Anomaly score of each row of ``x`` (N, F): higher = more anomalous."""
         x = np.asarray(x, dtype=np.float64)
         n_trees = self.feature.shape[0]
@@ -94,7 +96,7 @@ def from_sklearn(est: object) -> Forest:
     return Forest(feature, threshold, left, right, leaf_path, max_depth + 1, norm)
 
 
-def prepare(x: np.ndarray, fill: np.ndarray) -> np.ndarray:
+def prepare(x: Array, fill: Array) -> Array:
     """Replace NaN features (a metric this GPU does not report) by the training
     median, so a missing reading reads as normal rather than extreme."""
     x = np.asarray(x, dtype=np.float64)

@@ -33,7 +33,7 @@ import math
 import time
 from collections import deque
 from collections.abc import Sequence
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Protocol
 
 import numpy as np
 
@@ -41,6 +41,11 @@ from watchdog.anomaly import features as F
 from watchdog.anomaly.gate import Gate
 from watchdog.anomaly.runner import EVERY_S, Runner
 from watchdog.incident import Incident
+from watchdog.untyped import Array
+
+if TYPE_CHECKING:
+    from watchdog.anomaly.train import Model
+    from watchdog.records import Sample
 
 # What the stage keeps per tick, in this order: the feature metrics, then the per-GPU
 # ceilings as of that tick (power W, SM and memory clock MHz; see features.ceilings).
@@ -74,7 +79,7 @@ class AnomalyStage:
     judged until :meth:`set_model`); ``start``: ticks before it are not judged (``replay
     --model auto`` fits on them)."""
 
-    def __init__(self, model: Any, host: str, interval: float, *,
+    def __init__(self, model: Model | None, host: str, interval: float, *,
                  every_s: float = EVERY_S, start: float | None = None) -> None:
         self.model = model
         self.host = host
@@ -84,17 +89,17 @@ class AnomalyStage:
         self.runner = Runner(model, host) if model is not None else None
         self.gate = Gate(model)
         self.w = F.window_ticks(interval)
-        self.rows: deque[tuple[float, np.ndarray]] = deque(maxlen=F.history_ticks(interval))
+        self.rows: deque[tuple[float, Array]] = deque(maxlen=F.history_ticks(interval))
         self.uuids: list[str] = []
         self.index: list[int] = []
-        self._ceil: dict[str, np.ndarray] = {}
+        self._ceil: dict[str, Array] = {}
         self._bucket: int | None = None
         # windows judged once the detector has evaluated their tick: (t, uuids, index, feats)
-        self._due: deque[tuple[float, list[str], list[int], np.ndarray]] = deque()
-        self.latest: tuple[float, np.ndarray | None] | None = None  # the last window due
+        self._due: deque[tuple[float, list[str], list[int], Array]] = deque()
+        self.latest: tuple[float, Array | None] | None = None  # the last window due
         self.scored_ms = 0.0
 
-    def set_model(self, model: Any) -> None:
+    def set_model(self, model: Model) -> None:
         """A new model (fitted or refitted): incidents in flight stay with the old runner."""
         self.model = model
         self.runner = Runner(model, self.host)
@@ -106,7 +111,7 @@ class AnomalyStage:
             self.runner.host = host
 
     # --- readings, tick by tick (the agent) ----------------------------------------------
-    def add_samples(self, now: float, samples: Sequence[Any]) -> None:
+    def add_samples(self, now: float, samples: Sequence[Sample]) -> None:
         """One tick's readings (:class:`~watchdog.records.Sample`, one per GPU)."""
         if not samples:
             return
@@ -125,7 +130,7 @@ class AnomalyStage:
             self.latest = (now, feats)
             self._due.append((now, self.uuids, self.index, feats))
 
-    def _with_ceilings(self, vals: np.ndarray) -> np.ndarray:
+    def _with_ceilings(self, vals: Array) -> Array:
         """``(len(ROW), G)``: the readings of :data:`F.METRICS`, then the running ceilings."""
         n = vals.shape[1]
         for key, metric in (("power", "power.draw"), ("sm", "clocks.sm"), ("mem", "clocks.mem")):
@@ -135,7 +140,7 @@ class AnomalyStage:
         power = np.where(np.isnan(limit), self._ceil["power"], limit)
         return np.vstack([vals, power, self._ceil["sm"], self._ceil["mem"]])
 
-    def window(self) -> np.ndarray | None:
+    def window(self) -> Array | None:
         """``(G, F)`` features of the window ending at the last tick, or None.
 
         Only the rows that window needs are stacked: its own (:func:`F.tail_ticks`) and
@@ -157,7 +162,7 @@ class AnomalyStage:
                       self.index, data, ceil)
 
     # --- readings, a recording at a time (replay) -------------------------------------------
-    def add_grid(self, grid: F.Grid, feats: np.ndarray | None = None) -> None:
+    def add_grid(self, grid: F.Grid, feats: Array | None = None) -> None:
         """A whole recording on its tick grid (``feats``: :func:`F.compute` of it, when the
         caller has them). The windows due are queued as if the ticks came one by one."""
         if len(grid.t) == 0:
@@ -203,6 +208,7 @@ class AnomalyStage:
         t0 = time.perf_counter()
         out: list[tuple[str, Incident]] = []
         model = self.model
+        assert model is not None  # a runner is set with its model
         done = [(t, uuids, index, model.complete(f[None], uuids)[0])
                 for t, uuids, index, f in ready if f is not None]
         if done:
@@ -223,7 +229,7 @@ class AnomalyStage:
         self.scored_ms = (time.perf_counter() - t0) * 1000.0
         return out
 
-    def __call__(self, now: float, samples: Sequence[Any],
+    def __call__(self, now: float, samples: Sequence[Sample],
                  engaged: Engagement = NEVER) -> list[tuple[str, Incident]]:
         """The live pipeline's hook with a fixed model: one tick in, what is due judged."""
         self.add_samples(now, samples)

@@ -32,7 +32,6 @@ from __future__ import annotations
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Any
 
 import numpy as np
 
@@ -42,6 +41,7 @@ from watchdog.anomaly.grace import start_up_mask
 from watchdog.anomaly.job import job_peers
 from watchdog.anomaly.runner import EVERY_S, K_OF, N_OF
 from watchdog.anomaly.score import Forest, from_sklearn, prepare
+from watchdog.untyped import Array, JsonDoc
 
 N_TREES = 100
 MAX_SAMPLES = 256
@@ -79,29 +79,29 @@ class Model:
     trained_to: float
     step: float
     window: float
-    fill: np.ndarray
-    center: np.ndarray
-    scale: np.ndarray
-    lo: np.ndarray | None = None
-    hi: np.ndarray | None = None
-    unit: np.ndarray | None = None
-    calibration: dict[str, Any] = field(default_factory=dict)
+    fill: Array
+    center: Array
+    scale: Array
+    lo: Array | None = None
+    hi: Array | None = None
+    unit: Array | None = None
+    calibration: JsonDoc = field(default_factory=dict)
     schema: int = F.FEATURE_SCHEMA
     features: tuple[str, ...] = F.FEATURES
     base_uuids: tuple[str, ...] = ()
-    base_coef: np.ndarray | None = None
+    base_coef: Array | None = None
 
-    def complete(self, feats: np.ndarray, uuids: Sequence[str]) -> np.ndarray:
+    def complete(self, feats: Array, uuids: Sequence[str]) -> Array:
         """``(..., G, F)`` features of GPUs ``uuids`` with the model-side ``own_temp``
         filled from each GPU's own training baseline (a copy)."""
         return baseline.complete(feats, uuids, self.base_uuids, self.base_coef)
 
-    def scores(self, x: np.ndarray) -> np.ndarray:
+    def scores(self, x: Array) -> Array:
         """Anomaly scores of feature rows ``x`` (N, F); NaN features read as normal."""
         xf = prepare(x, self.fill)
         return self.forest.scores(xf) + EXCEED_WEIGHT * self.exceedance(xf)
 
-    def exceedance(self, x: np.ndarray) -> np.ndarray:
+    def exceedance(self, x: Array) -> Array:
         """Largest distance beyond the training range, in resolution units (capped)."""
         if self.lo is None or self.hi is None or self.unit is None:
             return np.zeros(len(x))
@@ -113,8 +113,8 @@ class NotEnoughData(Exception):
     """Too few windows to fit (the message says how many and how many are needed)."""
 
 
-def select(feats: np.ndarray, step: float, exclude: np.ndarray | None = None,
-           stride: float = STRIDE_S) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+def select(feats: Array, step: float, exclude: Array | None = None,
+           stride: float = STRIDE_S) -> tuple[Array, Array, Array]:
     """Training rows from ``(T, G, F)`` features: every ``stride`` s, valid, not in
     ``exclude`` (``(T, G)`` bool, windows overlapping incidents). Returns
     ``(X, tick, gpu)``: each row's tick and GPU column."""
@@ -127,7 +127,7 @@ def select(feats: np.ndarray, step: float, exclude: np.ndarray | None = None,
     return feats[ti, gi], ti, gi
 
 
-def persistent(scores: np.ndarray, tick: np.ndarray, gpu: np.ndarray, step: float) -> float:
+def persistent(scores: Array, tick: Array, gpu: Array, step: float) -> float:
     """The highest level held as the runner pages: the largest ``K_OF``-th highest score
     of ``N_OF`` consecutive checks (every ``EVERY_S`` s) of one GPU. A threshold above
     it would not have paged on these windows; a single window above it is what the
@@ -144,8 +144,8 @@ def persistent(scores: np.ndarray, tick: np.ndarray, gpu: np.ndarray, step: floa
     return best
 
 
-def fit(feats: np.ndarray, *, step: float, t: np.ndarray, gpu_model: str,
-        exclude: np.ndarray | None = None, seed: int = 0,
+def fit(feats: Array, *, step: float, t: Array, gpu_model: str,
+        exclude: Array | None = None, seed: int = 0,
         min_windows: int = 200, stride: float = STRIDE_S,
         uuids: Sequence[str] | None = None) -> tuple[Model, dict[str, float]]:
     """Fit on ``(T, G, F)`` features of ticks ``t``; returns the model and fit stats
@@ -221,7 +221,7 @@ def fit(feats: np.ndarray, *, step: float, t: np.ndarray, gpu_model: str,
     return model, {"fit_s": time.perf_counter() - t0, "windows": float(len(xf))}
 
 
-def _start_up_power_unknown(feats: np.ndarray, early: np.ndarray) -> np.ndarray:
+def _start_up_power_unknown(feats: Array, early: Array) -> Array:
     """``feats`` with ``peer_power`` of each GPU's start-up windows (``early``) read as
     unknown (NaN: the median). While a job starts its ranks do not draw in step (rank 0
     compiles, loads, writes): nanoGPT's rank 0 drew 0.40 of its limit less than its
@@ -249,13 +249,13 @@ def coarse(model: Model) -> bool:
 def coarse_note(model: Model) -> str:
     """One line on a coarse fit: what it means for the reader."""
     c = model.calibration
-    held = float(c.get("holdout_held", c["holdout_max"]))
+    held = float(c["holdout_held"] if "holdout_held" in c else c["holdout_max"])
     return (f"the model is coarse: the last {HOLDOUT:.0%} of its training span held windows "
             f"unlike the first (held-out level {held:.2f}, in-sample "
             f"{float(c['in_sample_q']):.2f}), so its threshold {model.threshold:.2f} lets "
             "smaller faults through")
 
 
-def busy_minutes(feats: np.ndarray, step: float) -> np.ndarray:
+def busy_minutes(feats: Array, step: float) -> Array:
     """Busy minutes per GPU (``(G,)``) in ``(T, G, F)`` features."""
     return F.busy(feats).sum(axis=0) * step / 60.0
