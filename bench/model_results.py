@@ -56,11 +56,12 @@ def commit() -> str:
     return f"{head or 'unknown'}{' with uncommitted changes' if dirty else ''}"
 
 
-def write(command: str, text: str, path: Path = RESULTS) -> None:
-    """Replace (or add) ``command``'s section of ``path`` with ``text``."""
+def write(command: str, text: str, path: Path = RESULTS, head: str = HEAD) -> None:
+    """Replace (or add) ``command``'s section of ``path`` with ``text`` (``head`` opens
+    a new file)."""
     body = (f"## `{command}`\n\n- date: {dt.datetime.now(dt.UTC):%Y-%m-%d}\n"
             f"- commit: {commit()}\n\n```\n{text.strip()}\n```\n")
-    old = path.read_text() if path.is_file() else HEAD
+    old = path.read_text() if path.is_file() else head
     parts = _SECTION.split(old)
     head, sections = parts[0], dict(zip(parts[1::2], parts[2::2], strict=True))
     sections[command] = body.split("\n", 1)[1]

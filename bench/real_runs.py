@@ -20,7 +20,7 @@ GPU-hours with critical and warning apart, and the expected incidents found.
     .venv/bin/python bench/real_runs.py                # all runs, rules and --model auto
     .venv/bin/python bench/real_runs.py --model off    # the rules alone
     .venv/bin/python bench/real_runs.py --only hllm -v # one run, each incident listed
-    .venv/bin/python bench/real_runs.py --write bench/results/real_runs.md
+    .venv/bin/python bench/real_runs.py --write docs/results/real-runs.md
 
 Skipped with a message when ``../shared`` is absent (``WATCHDOG_SHARED`` overrides it).
 Exits 1 when a labelled incident is missed or a false critical page is raised.
@@ -31,7 +31,6 @@ from __future__ import annotations
 import argparse
 import datetime as dt
 import os
-import subprocess
 import sys
 import time
 from collections import Counter
@@ -279,20 +278,28 @@ def main(argv: Sequence[str] | None = None) -> int:
     return 1 if bad else 0
 
 
+#: the opening of a new results file
+RESULTS_HEAD = """# Real runs: false incidents and labelled ones found
+
+Written by `bench/real_runs.py --write FILE`: each section is one command's output (the
+rules and `--model auto`, or `--model off`: the rules alone), under the date, the commit
+and the command that measured it. A run of the same command replaces its section. The
+runs, the labels and how an incident is matched are in `bench/real_runs.py` and
+`bench/real_runs_labels.yaml`.
+"""
+
+
 def _write(path: Path, lines: list[str], argv: Sequence[str] | None) -> None:
-    """The results file: date, commit and command, then the printed table."""
-    commit = subprocess.run(["git", "-C", str(REPO), "rev-parse", "--short", "HEAD"],
-                            capture_output=True, text=True, check=False).stdout.strip()
-    dirty = subprocess.run(["git", "-C", str(REPO), "status", "--porcelain", "--",
-                            "watchdog", "rules"], capture_output=True, text=True,
-                           check=False).stdout.strip()
-    cmd = "python bench/real_runs.py " + " ".join(argv if argv is not None else sys.argv[1:])
-    head = ["# Real runs: false incidents and labelled ones found", "",
-            f"- date: {dt.datetime.now(dt.UTC).strftime('%Y-%m-%d')}",
-            f"- commit: {commit}{' (with uncommitted changes to the detector)' if dirty else ''}",
-            f"- command: `{cmd.strip()}`", "", "```"]
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text("\n".join([*head, *lines, "```", ""]))
+    """The results file's section for this command line: date, commit, the table."""
+    import model_results
+
+    args = list(sys.argv[1:] if argv is None else argv)
+    if "--write" in args:  # the file written is not part of the command measured
+        k = args.index("--write")
+        del args[k:k + 2]
+    args = [a for a in args if not a.startswith("--write=")]
+    command = " ".join(["python", "bench/real_runs.py", *args])
+    model_results.write(command, "\n".join(lines), path, head=RESULTS_HEAD)
 
 
 if __name__ == "__main__":
