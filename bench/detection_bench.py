@@ -27,6 +27,7 @@ late, and the false alerts.
     .venv/bin/python bench/detection_bench.py           # 3 seeds, ~30 s on 2 cores
     .venv/bin/python bench/detection_bench.py --quick   # 1 seed, 1 s only for healthy
     .venv/bin/python bench/detection_bench.py --inject  # + real logs with faults (~3 min)
+    .venv/bin/python bench/detection_bench.py --write   # + docs/results/detection.md
 """
 
 from __future__ import annotations
@@ -42,6 +43,13 @@ from pathlib import Path
 from typing import Any
 
 REPO = Path(__file__).resolve().parent.parent
+RESULTS = REPO / "docs" / "results" / "detection.md"
+RESULTS_HEAD = """# Detection on the simulator and the real logs: measured figures
+
+Written by `bench/detection_bench.py --write`: each section is one command's output, under
+the date, the commit and the command that measured it. A run of the same command replaces
+its section.
+"""
 REAL = Path(os.environ.get("WATCHDOG_REAL_TELEMETRY", REPO.parent / "shared" / "real-telemetry"))
 
 # (label, spec, duration s): long enough for the slowest rule (stall: 5 min after onset
@@ -75,6 +83,7 @@ class Score:
     """Totals for one scenario over all its runs."""
 
     runs: int = 0
+    gpu_hours: float = 0.0  # simulated GPU-hours replayed
     injected: int = 0
     found: int = 0
     wrong_gpus: int = 0
@@ -148,6 +157,7 @@ def run_sim(quick: bool, seeds: list[int], verbose: bool) -> dict[str, Score]:
                     rec, src = simulate(spec, duration=duration, interval=interval, gpus=8,
                                         model=model, seed=seed)
                     incidents = detect(rec, rules)
+                    s.gpu_hours += duration * 8 / 3600.0
                     score_run(incidents, src.ground_truth(), s,
                               f"{spec} {model} {interval:g}s seed {seed}",
                               src.legit_waits(duration))
@@ -242,9 +252,19 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--quick", action="store_true", help="one seed, fewer healthy runs")
     ap.add_argument("--seeds", type=int, default=3, help="seeds per configuration (default 3)")
     ap.add_argument("-v", "--verbose", action="store_true", help="list every miss and false alert")
+    ap.add_argument("--write", action="store_true",
+                    help="also write the output to docs/results/detection.md (its section)")
     ap.add_argument("--inject", action="store_true",
                     help="also write faults into the real logs and score them (~3 min)")
     a = ap.parse_args(argv)
+    import model_results
+
+    with model_results.captured("bench/detection_bench.py", argv, a.write, path=RESULTS,
+                                head=RESULTS_HEAD):
+        return _bench(a)
+
+
+def _bench(a: argparse.Namespace) -> int:
     seeds = [0] if a.quick else list(range(a.seeds))
     t0 = time.perf_counter()
     scores = run_sim(a.quick, seeds, a.verbose)
@@ -258,12 +278,15 @@ def main(argv: list[str] | None = None) -> int:
               f"{s.false:5d} {s.dup:4d}  {tta}")
     total = Score()
     for s in scores.values():
+        total.gpu_hours += s.gpu_hours
         total.injected += s.injected
         total.found += s.found
         total.false += s.false
         total.dup += s.dup
     print(f"{'TOTAL':22} {'':4} {total.found:4d}/{total.injected:<5d} {'':8} "
           f"{total.false:5d} {total.dup:4d}")
+    print(f"simulated: {total.gpu_hours:,.0f} GPU-hours, {total.false} false incident(s) = "
+          f"{1000.0 * total.false / max(total.gpu_hours, 1e-9):.2f} per 1,000 GPU-hours")
     pairs = [p for s in scores.values() for p in s.hang_vs_wait]
     if pairs:
         over = [t - w for t, w in pairs]

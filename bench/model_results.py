@@ -72,14 +72,15 @@ def write(command: str, text: str, path: Path = RESULTS, head: str = HEAD) -> No
 
 
 @contextlib.contextmanager
-def captured(script: str, argv: Sequence[str] | None, write_it: bool) -> Iterator[None]:
+def captured(script: str, argv: Sequence[str] | None, write_it: bool,
+             path: Path = RESULTS, head: str = HEAD) -> Iterator[None]:
     """Everything printed inside goes to the terminal and, with ``write_it``, into the
-    results file under ``python <script> <argv without --write>``."""
+    results file ``path`` under ``python <script> <argv without --write>``."""
     args = [a for a in (sys.argv[1:] if argv is None else argv) if a != "--write"]
     command = " ".join(["python", script, *args])
     tee = _Tee(sys.stdout)
     with contextlib.redirect_stdout(tee):
         yield
     if write_it:
-        write(command, tee.kept.getvalue())
-        print(f"written to {RESULTS.relative_to(REPO)} under `{command}`")
+        write(command, tee.kept.getvalue(), path, head)
+        print(f"written to {path.relative_to(REPO)} under `{command}`")
