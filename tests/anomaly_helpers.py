@@ -7,6 +7,7 @@ from typing import Any
 
 from watchdog.anomaly import features as F
 from watchdog.anomaly import train
+from watchdog.anomaly.model import Model
 from watchdog.sources.sim.frames import simulate
 
 
@@ -19,7 +20,7 @@ def sim_grid(spec: str, minutes: float, gpus: int = 4, seed: int = 0,
 
 
 @functools.cache
-def healthy_model(minutes: float = 60.0, seed: int = 1) -> train.Model:
+def healthy_model(minutes: float = 60.0, seed: int = 1) -> Model:
     g, feats = sim_grid("sim:healthy", minutes, seed=seed)
     model, _ = train.fit(feats, step=g.step, t=g.t, gpu_model="NVIDIA H100 80GB HBM3",
                          uuids=g.uuids)

@@ -9,6 +9,7 @@ from anomaly_helpers import healthy_model, sim_grid
 
 from watchdog.anomaly import explain, runner, train
 from watchdog.anomaly import features as F
+from watchdog.anomaly.model import Model
 from watchdog.anomaly.offline import judge_recording
 from watchdog.detect.engaged import EngagedTimeline
 from watchdog.incident import Incident
@@ -16,7 +17,7 @@ from watchdog.incident import Incident
 FAULT = "sim:hbm_sag(gpus=3)@5m"
 
 
-def _found(model: train.Model, spec: str, incidents: list[Incident] = ()) -> list[Incident]:  # type: ignore[assignment]
+def _found(model: Model, spec: str, incidents: list[Incident] = ()) -> list[Incident]:  # type: ignore[assignment]
     g, feats = sim_grid(spec, 20.0, seed=7)
     return judge_recording(model, g, "node", EngagedTimeline.of_incidents(incidents),
                            feats=feats)

@@ -32,6 +32,7 @@ import numpy as np
 
 from watchdog.anomaly import features as F
 from watchdog.anomaly import persist, train
+from watchdog.anomaly.model import Model
 from watchdog.anomaly.runner import EVERY_S
 from watchdog.anomaly.stage import AnomalyStage, Engagement
 from watchdog.errors import InputError
@@ -110,7 +111,7 @@ class DaemonModel:
         self._engaged_at: dict[str, float] = {}
         self._uuids: list[str] = []
         self._worker: threading.Thread | None = None
-        self._fitted: tuple[train.Model, float, float] | None = None  # model, when, busy min
+        self._fitted: tuple[Model, float, float] | None = None  # model, when, busy min
         self._started = False
         self.coarse = False
         self._busy_at_fit = 0.0  # busy minutes collected when the model in use was fitted
@@ -194,7 +195,7 @@ class DaemonModel:
         if self.coarse:
             self._warn_coarse(model)
 
-    def _warn_coarse(self, model: train.Model) -> None:
+    def _warn_coarse(self, model: Model) -> None:
         log.warning("anomaly %s; refitting after %.0f more busy minutes",
                     train.coarse_note(model), self.settings.baseline_s / 60.0)
 

@@ -21,7 +21,7 @@ from watchdog.anomaly import features as F
 from watchdog.untyped import Array, JsonDoc
 
 if TYPE_CHECKING:
-    from watchdog.anomaly.train import Model
+    from watchdog.anomaly.model import Model
 
 TOP = 3
 

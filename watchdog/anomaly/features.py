@@ -35,14 +35,10 @@ Features (:data:`FEATURES`, order fixed by :data:`FEATURE_SCHEMA`; units in brac
   "+6 C in 10 min" after the job's lighter phase began, every GPU healthy);
 * ``peer_util_drops`` [per min]: drops of utilization by more than :data:`DROP_POINTS`
   (25) points from one tick to the next, minus the peers' median (node-wide dips
-  cancel; a GPU whose work comes in bursts does not). A quarter of the GPU's work: a
-  dip of a few points is the sampler catching a kernel boundary, and counting drops of
-  10 points buried a GPU that stops ten times a minute in the noise of a healthy one's
-  jitter (up to 7 shallow drops a minute more than its peers on a simulated A100 node).
-  Real drops are mostly deep: 176 of the 209 drops of more than 10 points in the three
-  nanoGPT logs are of more than 25. A GPU alone (a 1-GPU node) has no peers at work,
-  whose rate is 0: its own rate (read as 0, a 1-GPU node's bursts would be left to
-  ``util_std``, where a job's own swings hide them).
+  cancel; a GPU whose work comes in bursts does not; a GPU alone: its own rate). A
+  quarter of the GPU's work: shallower dips are the sampler catching kernel boundaries
+  (up to 7 a minute more than its peers on a healthy simulated A100), and 176 of the
+  209 drops of more than 10 points in the three real nanoGPT logs are of more than 25.
 * ``own_temp`` [C]: the GPU's temperature against its OWN training baseline at this
   power, beyond its peers' (see :mod:`watchdog.anomaly.baseline`). It needs the model's
   per-GPU lines, so :func:`compute` leaves it NaN and the model fills it

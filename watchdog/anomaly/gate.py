@@ -37,7 +37,7 @@ from watchdog.anomaly.gate_state import GateState, GpuState
 from watchdog.untyped import Array, JsonDoc
 
 if TYPE_CHECKING:
-    from watchdog.anomaly.train import Model
+    from watchdog.anomaly.model import Model
 
 
 class Gate:

@@ -18,7 +18,7 @@ from watchdog.anomaly.gate_limits import ACTIVITIES_KEPT, LAG_WINDOWS, PHASES_KE
 from watchdog.untyped import Array
 
 if TYPE_CHECKING:
-    from watchdog.anomaly.train import Model
+    from watchdog.anomaly.model import Model
 
 # A learned normal: each GPU's feature offsets (uuid -> (F,)), the job's as a whole: a
 # workload change re-learns every GPU of the job together, and a node back on a job it

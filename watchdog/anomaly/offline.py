@@ -20,6 +20,7 @@ import numpy as np
 
 from watchdog.anomaly import features as F
 from watchdog.anomaly import runner, train
+from watchdog.anomaly.model import Model
 from watchdog.errors import InputError
 from watchdog.incident import Incident
 from watchdog.sources import is_sim
@@ -127,7 +128,7 @@ def exclusion(grid: F.Grid, incidents: list[Incident]) -> Array:
 def fit_grid(grid: F.Grid, incidents: list[Incident], gpu_model: str, *,
              until: float | Array | None = None, seed: int = 0,
              feats: Array | None = None, min_windows: int = 200
-             ) -> tuple[train.Model, dict[str, float]]:
+             ) -> tuple[Model, dict[str, float]]:
     """Fit on a grid (ticks before ``until`` only: one time for every GPU, or ``(G,)``
     times, one per GPU column, ``inf`` for all of it and ``-inf`` for none), leaving out
     incident windows."""
@@ -241,7 +242,7 @@ def apply(results: Sequence[Replay], spec: str, sim_key: str | None,
         r.incidents = sorted([*r.incidents, *found], key=lambda i: i.started_at)
 
 
-def _auto_decision(gpu: str, uuid: str, part: Part, model: train.Model | None, why: str | None,
+def _auto_decision(gpu: str, uuid: str, part: Part, model: Model | None, why: str | None,
                    t0: float) -> Decision:
     """One GPU's ``--model auto`` decision (``why``: the fit of the log failed)."""
     share = f"{AUTO_FRACTION * 100:.0f} %"
@@ -281,7 +282,7 @@ class _Held:
         return self._engaged.at(t) | {u for u, x in self._from.items() if t < x}
 
 
-def judge_recording(model: train.Model, grid: F.Grid, host: str,
+def judge_recording(model: Model, grid: F.Grid, host: str,
                     engaged: Engagement | None = None, *,
                     start: float | None = None, feats: Array | None = None,
                     rules: list[Incident] | None = None,

@@ -31,8 +31,8 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from watchdog.anomaly import features as F
+from watchdog.anomaly.model import Model
 from watchdog.anomaly.score import Forest
-from watchdog.anomaly.train import Model
 from watchdog.errors import InputError
 from watchdog.untyped import Array, JsonDoc
 

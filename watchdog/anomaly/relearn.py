@@ -53,7 +53,7 @@ from watchdog.anomaly.gate_state import GateState, Normal
 from watchdog.untyped import Array
 
 if TYPE_CHECKING:
-    from watchdog.anomaly.train import Model
+    from watchdog.anomaly.model import Model
 
 
 def collect(gs: GateState, t: float, uuids: Sequence[str], raw: Array,

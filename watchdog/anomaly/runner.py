@@ -39,7 +39,7 @@ from watchdog.incident import Incident
 from watchdog.untyped import Array
 
 if TYPE_CHECKING:
-    from watchdog.anomaly.train import Model
+    from watchdog.anomaly.model import Model
 
 K_OF = 4
 N_OF = 6

@@ -44,7 +44,7 @@ from watchdog.incident import Incident
 from watchdog.untyped import Array
 
 if TYPE_CHECKING:
-    from watchdog.anomaly.train import Model
+    from watchdog.anomaly.model import Model
     from watchdog.records import Sample
 
 # What the stage keeps per tick, in this order: the feature metrics, then the per-GPU

@@ -14,7 +14,8 @@
   split on at all). So the model's score adds the exceedance beyond the training
   range, in units of a tenth of that range (:data:`RANGE_FRAC`) but at least the
   feature's resolution (:data:`SCALE_FLOOR`: 1 C, 2 % util, 0.01 of max clock...), times
-  :data:`EXCEED_WEIGHT`, capped at :data:`EXCEED_CAP` units. A feature that never moved
+  :data:`~watchdog.anomaly.model.EXCEED_WEIGHT`, capped at
+  :data:`~watchdog.anomaly.model.EXCEED_CAP` units. A feature that never moved
   in training (HBM clock) is judged on its resolution; one that roams (temperature
   slope) must leave its range by a good part of it.
 * Robust per-feature centre (median) and scale (IQR / 1.349, floored) for explanation.
@@ -31,7 +32,6 @@ from __future__ import annotations
 
 import time
 from collections.abc import Sequence
-from dataclasses import dataclass, field
 
 import numpy as np
 
@@ -39,9 +39,10 @@ from watchdog.anomaly import baseline
 from watchdog.anomaly import features as F
 from watchdog.anomaly.grace import start_up_mask
 from watchdog.anomaly.job import job_peers
+from watchdog.anomaly.model import Model
 from watchdog.anomaly.runner import EVERY_S, K_OF, N_OF
-from watchdog.anomaly.score import Forest, from_sklearn, prepare
-from watchdog.untyped import Array, JsonDoc
+from watchdog.anomaly.score import from_sklearn
+from watchdog.untyped import Array
 
 N_TREES = 100
 MAX_SAMPLES = 256
@@ -51,8 +52,6 @@ MARGIN = 0.02
 STRIDE_S = 5.0
 MAX_WINDOWS = 200_000
 COARSE_GAP = 0.25  # held-out max above the in-sample quantile: a coarse fit
-EXCEED_WEIGHT = 0.05  # score per resolution unit beyond the training range
-EXCEED_CAP = 20.0
 RANGE_FRAC = 0.1
 SCALE_FLOOR = {"util_mean": 2.0, "util_std": 2.0, "power_frac": 0.02, "power_slope": 0.1,
                "sm_active": 2.0, "tensor_active": 2.0, "temp_mean": 1.0,
@@ -63,50 +62,6 @@ SCALE_FLOOR = {"util_mean": 2.0, "util_std": 2.0, "power_frac": 0.02, "power_slo
                "peer_util_std": 1.0, "peer_temp_slope": 0.5, "peer_temp_drift": 1.0,
                "peer_util_drops": 1.0, "own_temp": 0.15,
                "sm_clock_unexplained": 0.01, "mem_util": 2.0, "own_power": 0.01}
-
-
-@dataclass
-class Model:
-    """A fitted, calibrated model and everything needed to trust and explain it.
-
-    Times in epoch s; ``step``/``window`` in s; ``threshold`` on the anomaly score
-    (higher = more anomalous)."""
-
-    forest: Forest
-    threshold: float
-    gpu_model: str
-    trained_from: float
-    trained_to: float
-    step: float
-    window: float
-    fill: Array
-    center: Array
-    scale: Array
-    lo: Array | None = None
-    hi: Array | None = None
-    unit: Array | None = None
-    calibration: JsonDoc = field(default_factory=dict)
-    schema: int = F.FEATURE_SCHEMA
-    features: tuple[str, ...] = F.FEATURES
-    base_uuids: tuple[str, ...] = ()
-    base_coef: Array | None = None
-
-    def complete(self, feats: Array, uuids: Sequence[str]) -> Array:
-        """``(..., G, F)`` features of GPUs ``uuids`` with the model-side ``own_temp``
-        filled from each GPU's own training baseline (a copy)."""
-        return baseline.complete(feats, uuids, self.base_uuids, self.base_coef)
-
-    def scores(self, x: Array) -> Array:
-        """Anomaly scores of feature rows ``x`` (N, F); NaN features read as normal."""
-        xf = prepare(x, self.fill)
-        return self.forest.scores(xf) + EXCEED_WEIGHT * self.exceedance(xf)
-
-    def exceedance(self, x: Array) -> Array:
-        """Largest distance beyond the training range, in resolution units (capped)."""
-        if self.lo is None or self.hi is None or self.unit is None:
-            return np.zeros(len(x))
-        over = np.maximum(self.lo - x, x - self.hi) / self.unit
-        return np.minimum(np.maximum(over, 0.0).max(axis=1), EXCEED_CAP)
 
 
 class NotEnoughData(Exception):
