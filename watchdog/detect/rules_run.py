@@ -218,10 +218,17 @@ class RuleRunner:
         """The chained signals the condition of a ``gpu`` rule reads at sample ``at`` of
         ``b``, given which of its ``present(x)`` tests hold there: a branch for logs
         without reason bits says nothing when the bits decided."""
-        cond = with_presence(self._cond[rule.name], lambda n: bool(
-            not np.isnan(numeric(self._ev.sample(Name(0, n), b))[at])))
-        return _chained(simplify(cond, self._metrics if self._metrics is not None
-                                 else _ANY))
+        def here(n: str) -> bool:
+            return bool(not np.isnan(numeric(self._ev.sample(Name(0, n), b))[at]))
+
+        cond = with_presence(self._cond[rule.name], here)
+        # a metric the condition reads that the GPU did not report at this sample decided
+        # nothing there: folded as missing, so a log without the column and the live
+        # agent (which cannot know the columns in advance) name the same fallbacks
+        read = _names(cond)
+        base = self._metrics if self._metrics is not None else _ANY
+        return _chained(simplify(cond, [m for m in base
+                                        if m not in read or m == "xid" or here(m)]))
 
     def _extra(self, rule: Rule, st: EntityState, hidden: dict[str, float],
                name: str | None, used: list[str] | None = None) -> JsonDoc:
