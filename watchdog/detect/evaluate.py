@@ -315,16 +315,8 @@ def _reduce(fn: str, m: Array, present: Array) -> Array:
             warnings.simplefilter("ignore", RuntimeWarning)
             if not vals.shape[1] or np.isnan(vals).all():  # no GPU has a value: NaN
                 r = np.full(len(vals), NAN)
-            elif fn == "peer_median":
-                r = _row_median(vals)
-            elif fn == "peer_mean":
-                r = np.nanmean(vals, axis=1)
-            elif fn == "peer_min":
-                r = np.nanmin(vals, axis=1)
-            elif fn == "peer_max":
-                r = np.nanmax(vals, axis=1)
             else:
-                raise KeyError(fn)
+                r = _peer_stat(fn, vals)
     return np.repeat(r[:, None], m.shape[1], axis=1)
 
 
@@ -372,17 +364,23 @@ def _by_job(fn: str, m: Array, present: Array, jobs: Array) -> Array:
     flat = vals.reshape(t * n, n)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", RuntimeWarning)
-        if fn == "peer_median":
-            r = _row_median(flat)
-        elif fn == "peer_mean":
-            r = np.nanmean(flat, axis=1)
-        elif fn == "peer_min":
-            r = np.nanmin(flat, axis=1)
-        elif fn == "peer_max":
-            r = np.nanmax(flat, axis=1)
-        else:
-            raise KeyError(fn)
+        r = _peer_stat(fn, flat)
     return r.reshape(t, n)
+
+
+def _peer_stat(fn: str, rows: Array) -> Array:
+    """``peer_median``, ``peer_mean``, ``peer_min`` or ``peer_max`` of each row of
+    ``rows`` over its valid values (NaN where a row has none; the caller silences
+    numpy's all-NaN warning)."""
+    if fn == "peer_median":
+        return _row_median(rows)
+    if fn == "peer_mean":
+        return np.nanmean(rows, axis=1)
+    if fn == "peer_min":
+        return np.nanmin(rows, axis=1)
+    if fn == "peer_max":
+        return np.nanmax(rows, axis=1)
+    raise KeyError(fn)
 
 
 def _row_median(vals: Array) -> Array:
