@@ -21,15 +21,15 @@ HEADER = ("timestamp, index, name, utilization.gpu [%], memory.used [MiB], "
           "temperature.gpu, clocks.current.sm [MHz], clocks_event_reasons.active")
 
 
-def write_log(path: Path, seconds: int = 900, gpus: int = 2) -> Path:
-    """Two H100s at 1 s: 60 s idle, then training at 100 % (650 W +- noise)."""
+def write_log(path: Path, seconds: int = 900, gpus: int = 2, idle_w: float = 74.0) -> Path:
+    """Two H100s at 1 s: 60 s idle (``idle_w``), then training at 100 % (650 W +- noise)."""
     rng = np.random.default_rng(0)
     lines = [HEADER]
     for t in range(seconds):
         stamp = f"2026/11/22 10:{t // 60:02d}:{t % 60:02d}.{(t * 7) % 1000:03d}"
         for g in range(gpus):
             busy = t >= 60
-            power = 650 + rng.normal(0, 8) if busy else 74 + rng.normal(0, 0.5)
+            power = 650 + rng.normal(0, 8) if busy else idle_w + rng.normal(0, 0.5)
             util = 100 if busy else 0
             temp = 60 if busy else 30
             mask = "0x0000000000000004" if busy and t % 7 == 0 else "0x0000000000000000"
@@ -52,6 +52,22 @@ def test_an_untouched_copy_reads_back_as_the_original(log: Path, tmp_path: Path)
     assert a.equals(b)
     assert raw.interval() == pytest.approx(1.0, abs=0.01)
     assert raw.idle_w(0) == pytest.approx(74.0, abs=1.0)
+
+
+@pytest.mark.parametrize(("frac", "idle"), [(0.34, True), (0.36, False)])
+def test_an_idle_level_above_a_third_of_the_limit_is_a_loaded_pause(
+        tmp_path: Path, frac: float, idle: bool) -> None:
+    from watchdog.testing.rawlog import IDLE_MAX_FRAC
+
+    assert IDLE_MAX_FRAC == 0.35
+    raw = RawLog(write_log(tmp_path / "smi.csv", seconds=200, idle_w=frac * 700.0))
+    got = raw.idle_w(0)
+    assert (got == pytest.approx(frac * 700.0, abs=1.0)) if idle else got is None
+    # the hang then draws 1.5x the idle power the caller gives
+    lab = inject.hang(raw, raw.busy_time(120.0), duration=60.0, idle_w=40.0, gpus=[0])
+    hung = raw.values("power.draw")[(raw.gpu == 0) & (raw.ts >= lab.onset) & (raw.ts < lab.end)]
+    level = 1.5 * (frac * 700.0 if idle else 40.0)
+    assert np.median(hung) == pytest.approx(level, rel=0.05)
 
 
 def test_a_hang_goes_in_at_its_time_in_the_log_s_own_format(log: Path, tmp_path: Path) -> None:

@@ -29,6 +29,7 @@ from watchdog.untyped import Array
 # copy with a repeated minute caught the dip 7 minutes running, the log itself about every
 # 6 minutes); 67 s moves the phase by 7 s a copy
 REPEAT_S = 67.0
+IDLE_MAX_FRAC = 0.35  # of the power limit: an "idle" level above it is a loaded pause
 DROP_GROUPS: dict[str, tuple[str, ...]] = {
     "limit": ("enforced.power.limit", "inv:power.default_limit", "inv:power.max_limit",
               "inv:power.min_limit"),
@@ -97,6 +98,9 @@ class LogReadings:
     def values(self, role: str) -> Array:  # pragma: no cover - each log has its own
         raise NotImplementedError
 
+    def has(self, role: str) -> bool:  # pragma: no cover - each log has its own
+        raise NotImplementedError
+
     def gpus(self) -> list[int]:
         return sorted(set(self.gpu.tolist()))
 
@@ -115,15 +119,29 @@ class LogReadings:
 
     def idle_w(self, g: int) -> float | None:
         """The GPU's idle power in this log (W): the lowest 30 s median power while its
-        30 s median utilization is below 5 %, or None when it never idles."""
+        30 s median utilization is below 5 %, or None when it never idles.
+
+        Also None where that level is above :data:`IDLE_MAX_FRAC` of the GPU's power limit
+        (where the log has one): such a GPU never idled in the log, it paused loaded. A
+        GPU idle with a CUDA context draws at most 0.32 of its limit in the shared real
+        runs (an RTX A6000 between RL steps, 96 of 300 W; an H100 122 of 700 W, an H20
+        116 of 500 W), while the A100 80GB PCIe GPUs of ``real-wandb`` ``lilinwz/ProRAG``
+        read 123 and 186 of 300 W at under 5 %: 1.5x that is work, not a hang."""
         mine = self.gpu == g
         util = pd.Series(self.values("utilization.gpu")[mine], index=pd.to_datetime(
             self.ts[mine], unit="s"))
         power = pd.Series(self.values("power.draw")[mine], index=util.index)
         u = util.rolling("30s").median()
         p = power.rolling("30s").median()
-        idle = p[u < 5]
-        return float(idle.min()) if len(idle.dropna()) else None
+        idle = p[u < 5].dropna()
+        if not len(idle):
+            return None
+        level = float(idle.min())
+        if self.has("enforced.power.limit"):
+            limit = self.values("enforced.power.limit")[mine]
+            if not np.isnan(limit).all() and level > IDLE_MAX_FRAC * float(np.nanmedian(limit)):
+                return None
+        return level
 
     def busy_gpus(self, at: float, util: float = 50.0, span: float = 30.0) -> list[int]:
         """GPUs whose mean utilization over the ``span`` s before ``at`` is >= ``util``."""
