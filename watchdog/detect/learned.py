@@ -39,8 +39,13 @@ What each level is, and what cannot teach it something false:
   inventory does not give it. A log that starts throttled learns a low maximum until the
   clocks come up (a throttle is then missed for a while, never invented).
 * **the temperature while working** (C): the highest temperature at a working reading
-  (:func:`working`, without the power test where power is not logged), 10 minutes after
-  it was seen; a spinning kernel is not work and never teaches it.
+  (:func:`working` at :data:`WARM_UTIL_PCT` utilization or more, without the power test
+  where power is not logged), 10 minutes after it was seen; a spinning kernel is not
+  work and never teaches it. Half utilization, not the busy level's 90 %: a job that never
+  runs that busy (a V100 fine-tune at 45-60 %, an A100 PCIe one at 62-81 %, sampled every
+  30 s by W&B) otherwise never learns it, and its thermal slowdown cannot be judged. More
+  readings count, so the level can only be higher (the rule firing later, never sooner)
+  where a GPU has busier readings too.
 * a rule's **learned wait** (:class:`WaitLearner`): the longest episode of its condition
   that ended on its own before it fired, so it grows by at most the rule's margin at a
   time; aliased utilization never holds the hang rule's 15 s mean at 95 %.
@@ -85,6 +90,9 @@ BUSY_OVER_IDLE = 2.5
 # ... and, where GPM is read, with at least this SM activity (%): a busy-wait kernel shows
 # 0.8 % (real-gpu/h200-spin-hang), training 75 %
 BUSY_SM_ACTIVITY_PCT = 15.0
+# a reading teaches the temperature while working at this utilization or more (with the
+# power and GPM tests of :func:`working`): the model's "at work" line
+WARM_UTIL_PCT = 50.0
 # a window teaches the busy level only where working readings fill this share of it (an
 # H200 whose utilization aliases at 1 Hz shows about half its readings at 100 %) and are
 # at least this many: the level is their mean, so a stray reading never sets it
@@ -134,15 +142,16 @@ def work_window() -> tuple[Call, Call]:
 
 
 def working(util: Array, power: Array, sm_activity: Array,
-            idle: Array) -> Array:
-    """Readings at which the GPU works, one by one (bool): utilization (%) >= 90, and
+            idle: Array, util_pct: float = BUSY_UTIL_PCT) -> Array:
+    """Readings at which the GPU works, one by one (bool): utilization (%) >= ``util_pct``
+    (:data:`BUSY_UTIL_PCT`, 90, for the busy level), and
     neither power (W) under :data:`BUSY_OVER_IDLE` times ``idle`` (W) nor GPM SM activity
     (%) under :data:`BUSY_SM_ACTIVITY_PCT`, each test skipped where its value is unknown
     (NaN). A reading, not a window: 1 Hz utilization that aliases between 100 and 0 % and
     the busy-wait of a hung collective (100 % at 1.5x idle, SM activity near 0) are told
     apart reading by reading."""
     with np.errstate(invalid="ignore"):
-        return ((util >= BUSY_UTIL_PCT) & ~(power < BUSY_OVER_IDLE * idle)
+        return ((util >= util_pct) & ~(power < BUSY_OVER_IDLE * idle)
                 & ~(sm_activity < BUSY_SM_ACTIVITY_PCT))
 
 
@@ -216,9 +225,10 @@ class PowerLevels:
 
     def power(self, seg: Segments, util: Array, power: Array,
               idle_ref: Array, reading: tuple[Array, Array, Array]
-              ) -> tuple[Array, Array, Array]:
+              ) -> tuple[Array, Array, Array, Array]:
         """Learned idle and busy power (W) at each sample of ``seg`` (NaN where nothing is
-        learned yet), and which readings were working (bool).
+        learned yet), which readings were working (bool), and which were working at
+        :data:`WARM_UTIL_PCT` (bool: they teach the temperature while working).
 
         Idle: the running lowest 30 s mean ``power`` while the 30 s mean ``util`` (%) is
         below 5 %. Busy: the running highest of each window's mean working reading
@@ -239,7 +249,7 @@ class PowerLevels:
                         np.where(share >= self.busy_share_pct, mean, NAN))
         _first(seg, idle, self.since["idle"])
         _first(seg, busy, self.since["busy"])
-        return idle, busy, work
+        return idle, busy, work, working(r_util, r_power, r_sm, ref, WARM_UTIL_PCT)
 
     def work_temperature(self, seg: Segments, work: Array,
                          temp: Array) -> Array:
