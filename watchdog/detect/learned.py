@@ -225,10 +225,10 @@ class PowerLevels:
 
     def power(self, seg: Segments, util: Array, power: Array,
               idle_ref: Array, reading: tuple[Array, Array, Array]
-              ) -> tuple[Array, Array, Array, Array]:
+              ) -> tuple[Array, Array, Array]:
         """Learned idle and busy power (W) at each sample of ``seg`` (NaN where nothing is
-        learned yet), which readings were working (bool), and which were working at
-        :data:`WARM_UTIL_PCT` (bool: they teach the temperature while working).
+        learned yet), and which readings were working at :data:`WARM_UTIL_PCT` (bool:
+        they teach the temperature while working).
 
         Idle: the running lowest 30 s mean ``power`` while the 30 s mean ``util`` (%) is
         below 5 %. Busy: the running highest of each window's mean working reading
@@ -249,7 +249,7 @@ class PowerLevels:
                         np.where(share >= self.busy_share_pct, mean, NAN))
         _first(seg, idle, self.since["idle"])
         _first(seg, busy, self.since["busy"])
-        return idle, busy, work, working(r_util, r_power, r_sm, ref, WARM_UTIL_PCT)
+        return idle, busy, working(r_util, r_power, r_sm, ref, WARM_UTIL_PCT)
 
     def work_temperature(self, seg: Segments, work: Array,
                          temp: Array) -> Array:

@@ -170,7 +170,7 @@ class Block(Segments):
                     (fb.TLIM_SLOWDOWN, lambda: self._device("temp_slowdown_c")),
                     (fb.TLIM_CATALOGUE, lambda: self._model("max_operating_c"))])
             if name == "temp_work_max_c":
-                return self.levels.work_temperature(self, self._working("§warm"),
+                return self.levels.work_temperature(self, self._warm(),
                                                     self.metric("temperature.gpu"))
             if name == "work_before_idle":
                 return self._work_before_idle()
@@ -241,13 +241,14 @@ class Block(Segments):
         out = np.where(np.isnan(dev), seen, dev)
         return np.where(out > 0, out, NAN)
 
-    def _working(self, which: str = "§working") -> Array:
-        """Which readings were working (:func:`~watchdog.detect.learned.working`), judged
-        against the idle level as learned at each (bool); ``"§warm"``: working at
-        :data:`~watchdog.detect.learned.WARM_UTIL_PCT` (the temperature while working)."""
-        if which not in self.cache:
+    def _warm(self) -> Array:
+        """The readings that teach the temperature while working (bool):
+        :func:`~watchdog.detect.learned.working` at
+        :data:`~watchdog.detect.learned.WARM_UTIL_PCT`, judged against the idle level as
+        learned at each."""
+        if "§warm" not in self.cache:
             self._learn_power()
-        return self.cache[which]
+        return self.cache["§warm"]
 
     def _learn_power(self) -> None:
         """Idle and busy power through their chains (:mod:`fallbacks`): first the learned
@@ -270,8 +271,7 @@ class Block(Segments):
         ref = self._chain("§idle_fixed", fixed)
         reading = (self.metric("utilization.gpu"), self.metric("power.draw"),
                    self.metric("gpm.sm_activity"))
-        idle, busy, work, warm = lv.power(self, util, power, ref, reading)
-        self.cache["§working"] = work
+        idle, busy, warm = lv.power(self, util, power, ref, reading)
         self.cache["§warm"] = warm
         self.cache["power_idle_learned_w"] = idle  # NaN until an idle period is seen
         self.cache["power_idle_w"] = self._chain("power_idle_w", [
