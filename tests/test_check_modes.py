@@ -139,21 +139,37 @@ def test_an_agent_that_cannot_judge_changes_nothing(tmp_path, capsys, state):
     assert rc == 2 and len(out.rstrip("\n")) <= 80
 
 
-def test_the_agent_probe_loads_no_nvml_and_no_detector(tmp_path):
+@pytest.mark.parametrize("where", ["--state-dir", "--config"])
+def test_the_agent_probe_loads_no_nvml_and_no_detector(tmp_path, where):
     """The probe of the agent's judgment is a database read: nvidia-ml-py, numpy, the rule
-    engine and the sources' readers stay unloaded."""
+    engine and the sources' readers stay unloaded, with the state directory given or read
+    from the service's config (which names sinks, a job and Slurm: their code stays
+    unloaded too)."""
     write_status(tmp_path, incidents=[incident("ecc", "critical")])
+    arg = str(tmp_path)
+    if where == "--config":
+        cfg = tmp_path / "watchdog.yaml"
+        cfg.write_text(f"state_dir: {tmp_path}\njob: {{id: train-7}}\n"
+                       "slurm: {drain: [gpu_lost, ecc]}\n"
+                       "notify: {sinks: [{name: console, type: log}]}\n")
+        arg = str(cfg)
     code = ("import json, sys, io, contextlib\n"
             "from watchdog.cli import main\n"
             "with contextlib.redirect_stdout(io.StringIO()):\n"
             "    rc = main(sys.argv[1:])\n"
             "print(json.dumps({'rc': rc, 'modules': sorted(sys.modules)}))\n")
-    proc = subprocess.run([sys.executable, "-c", code, "check", "--agent", "--state-dir",
-                           str(tmp_path), "--mode", "npd"], capture_output=True, text=True,
+    proc = subprocess.run([sys.executable, "-c", code, "check", "--agent", where, arg,
+                           "--mode", "npd"], capture_output=True, text=True,
                           timeout=60, check=False)
+    assert proc.stdout, proc.stderr
     doc = json.loads(proc.stdout)
     assert doc["rc"] == 1, proc.stderr
     mods = set(doc["modules"])
-    assert not {m for m in mods if m.split(".")[0] in ("pynvml", "numpy", "yaml")}
-    assert not {m for m in mods if m.startswith(("watchdog.detect", "watchdog.sources.",
-                                                 "watchdog.pipeline", "watchdog.notify"))}
+    assert not {m for m in mods if m.split(".")[0] in ("pynvml", "numpy")}
+    assert not {m for m in mods if m.startswith((
+        "watchdog.detect", "watchdog.anomaly", "watchdog.sources.nvml",
+        "watchdog.sources.replay", "watchdog.sources.wandb"))}
+    if where == "--state-dir":  # a config's sections are checked by their own parsers
+        assert "yaml" not in mods
+        assert not {m for m in mods if m.startswith(("watchdog.sources.", "watchdog.pipeline",
+                                                     "watchdog.notify"))}

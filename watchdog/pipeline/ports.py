@@ -14,12 +14,14 @@ hands them in; tests hand in their own. Nothing here is implemented: the alertin
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Protocol, runtime_checkable
+from typing import TYPE_CHECKING, Protocol, runtime_checkable
 
-from watchdog.detect.engaged import EngagedTimeline
 from watchdog.incident import Incident
 from watchdog.records import DeviceInfo, Sample
 from watchdog.untyped import JsonDoc
+
+if TYPE_CHECKING:  # the detector (numpy) stays off `check --agent --config`'s path
+    from watchdog.detect.engaged import EngagedTimeline
 
 #: ``(transition, incident)``: ``firing``, ``updated`` (GPUs joined or left), ``resolved``
 Transition = tuple[str, Incident]

@@ -4,11 +4,13 @@ is built from. Reading and checking the file is :mod:`watchdog.config`'s."""
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
-from watchdog.notify.config import NotifyConfig
-from watchdog.service.jobs import JobConfig
-from watchdog.service.slurm import SlurmConfig
-from watchdog.untyped import JsonDoc
+if TYPE_CHECKING:  # annotations only: reading a config loads no sink, job or Slurm code
+    from watchdog.notify.config import NotifyConfig
+    from watchdog.service.jobs import JobConfig
+    from watchdog.service.slurm import SlurmConfig
+    from watchdog.untyped import JsonDoc
 
 DAY = 86_400.0
 
