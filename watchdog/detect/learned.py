@@ -242,14 +242,16 @@ class PowerLevels:
             r_util = util
         idle = _running(seg, np.fmin, self.idle_w, np.where(util < IDLE_UTIL_PCT, power, NAN))
         ref = np.where(np.isnan(idle), idle_ref, idle)
-        work = working(r_util, r_power, r_sm, ref)
+        warm = working(r_util, r_power, r_sm, ref, WARM_UTIL_PCT)
+        with np.errstate(invalid="ignore"):
+            work = warm & (r_util >= BUSY_UTIL_PCT)  # the same tests at the busy level
         mean = self.work_power.update_block(seg, np.where(work, r_power, NAN))
         share = self.work_share_w.update_block(seg, work.astype(np.float64))  # %
         busy = _running(seg, np.fmax, self.busy_w,
                         np.where(share >= self.busy_share_pct, mean, NAN))
         _first(seg, idle, self.since["idle"])
         _first(seg, busy, self.since["busy"])
-        return idle, busy, working(r_util, r_power, r_sm, ref, WARM_UTIL_PCT)
+        return idle, busy, warm
 
     def work_temperature(self, seg: Segments, work: Array,
                          temp: Array) -> Array:
