@@ -90,11 +90,11 @@ class Gate:
         raw = alone.slowed(gs, uuids, raw, busy, engaged)
         real = raw  # the transitions and the re-learning see the real trends
         raw = grace.lag(gs, t, uuids, raw)
-        if real is not feats:  # peers re-taken among the job's GPUs: score that
-            scores = relearn.score(gs.fitted, real, busy)
         skip: set[str] = set(engaged) | pausing | in_grace
-        # a lag is no fault, but the departure it is part of may be a new job's
-        feats, s_real = relearn.apply(gs, uuids, real, scores, gs.current)
+        # a lag is no fault, but the departure it is part of may be a new job's; peers
+        # re-taken among the job's GPUs (``real`` is not ``feats``): apply scores that
+        feats, s_real = relearn.apply(gs, uuids, real, scores if real is feats else None,
+                                      gs.current)
         scores = s_real
         if raw is not real:
             feats, scores = relearn.apply(gs, uuids, raw, None, gs.current)

@@ -52,8 +52,7 @@ def job_peers(feats: Array) -> Array:
     n_ref = ref.sum(axis=-1, keepdims=True)
     for name, base in F.PEERS.items():
         x = sub[..., F.INDEX[base]]
-        with F._quiet():
-            med = np.nanmedian(np.where(ref, x, np.nan), axis=-1, keepdims=True)
+        med = F.row_median(np.where(ref, x, np.nan))
         peer = np.where(n_ref < 2, np.where(np.isnan(x), np.nan, 0.0), x - med)
         sub[..., F.INDEX[name]] = np.where(mem_k, peer, np.nan)
     sub[..., F.INDEX["peer_util_drops"]] = np.nan

@@ -55,6 +55,9 @@ from watchdog.untyped import Array
 if TYPE_CHECKING:
     from watchdog.anomaly.model import Model
 
+# the features an offset may move (never :data:`~.gate_limits.NEVER_SHIFTED`)
+SHIFTABLE = np.array([f not in NEVER_SHIFTED for f in F.FEATURES])
+
 
 def collect(gs: GateState, t: float, uuids: Sequence[str], raw: Array,
             judged: list[int], working: list[int]) -> None:
@@ -124,7 +127,7 @@ def learn(gs: GateState, t: float) -> None:
     lo, hi = model.lo, model.hi
     fill = model.fill
     shift: Normal = {}
-    keep = np.array([f in NEVER_SHIFTED for f in F.FEATURES])
+    keep = ~SHIFTABLE
     for u, x in rows.items():
         with F._quiet():
             med = np.nanmedian(x, axis=0)
@@ -222,7 +225,7 @@ def fits(gs: GateState, rows: dict[str, Array], normal: Normal) -> bool:
     model = gs.fitted
     lo, hi = model.lo, model.hi
     q = float(model.calibration.get("in_sample_q", model.threshold))
-    may = np.array([f not in NEVER_SHIFTED for f in F.FEATURES])
+    may = SHIFTABLE
     for u, x in rows.items():
         off = normal.get(u)
         y = x - off if off is not None else x
@@ -298,7 +301,7 @@ def inside(model: Model, row: Array) -> bool:
     lo, hi = model.lo, model.hi
     if lo is None or hi is None:
         return True
-    may = np.array([f not in NEVER_SHIFTED for f in F.FEATURES])
+    may = SHIFTABLE
     with np.errstate(invalid="ignore"):
         out = ((row < lo) | (row > hi)) & may & ~np.isnan(row)
     return not out.any()
