@@ -57,3 +57,24 @@ def test_peer_median_and_job_first_are_taken_over_the_job() -> None:
     gone = present.copy()
     gone[0, 0] = False  # rank 0 missing at this tick: the next one is first
     assert _by_job("job_first", util, gone, jobs)[0].tolist() == [0.0, 1.0, 0.0, 1.0, 1.0]
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.integers(1, 8).flatmap(lambda k: st.tuples(
+    arrays(np.float64, st.tuples(st.integers(1, 12), st.just(k)), elements=VALUES),
+    arrays(np.bool_, st.tuples(st.just(12), st.just(k))),
+    arrays(np.float64, st.tuples(st.just(12), st.just(k)),
+           elements=st.floats(90.0, 95.0)))))
+def test_a_node_of_one_job_reduces_as_the_node_does(case) -> None:
+    """Where every GPU is in one job (each holds memory within 5 points of the others), a
+    peer function over the job is the node's reduction: the evaluator takes that path
+    (``Evaluator._one_job``) instead of the ticks x GPUs x GPUs cube."""
+    from watchdog.detect.evaluate import _by_job, _reduce, same_job
+
+    m, present, pct = case
+    present, pct = present[:len(m)], pct[:len(m)]
+    jobs = same_job(pct, pct * 800.0)
+    assert jobs.all()
+    for fn in ("peer_median", "peer_mean", "peer_min", "peer_max"):
+        want = _by_job(fn, m, present, jobs)
+        assert np.array_equal(_reduce(fn, m, present), want, equal_nan=True), fn

@@ -201,14 +201,32 @@ class Evaluator:
         elif isinstance(node, Call) and node.fn in NODE_FUNCS:
             arg = self.grid(node.args[0], ticks, gpus, b, cache)
             present = self.present(ticks, gpus, b, cache)
-            if node.fn in JOB_FUNCS:
+            if node.fn in JOB_FUNCS and (node.fn == "job_first"
+                                         or not self._one_job(ticks, gpus, b, cache)):
                 got = _by_job(node.fn, arg, present, self._jobs(ticks, gpus, b, cache))
-            else:
+            else:  # a node function, or a peer function where every GPU is one job
                 got = _reduce(node.fn, arg, present)
         else:
             got = _apply(node, [self.grid(c, ticks, gpus, b, cache) for c in _kids(node)])
         cache[node.key] = got
         return got
+
+    def _one_job(self, ticks: Array, gpus: list[tuple[str, int]], b: Block,
+                 cache: dict[str, Array]) -> bool:
+        """Whether every GPU is in one job at every tick (:func:`same_job` all true: each
+        holds a job's memory, all within :data:`JOB_MEMORY_PTS` of each other), the usual
+        node: then a peer function is the node's reduction, without the ``ticks × GPUs ×
+        GPUs`` cube (a peer median at 64 GPUs and 2,048 ticks: 79 ms with the cube and
+        :func:`same_job`, 0.6 ms reduced)."""
+        got = cache.get(ONE_JOB_KEY)
+        if got is None:
+            pct = self.grid(Name(0, "mem_pct"), ticks, gpus, b, cache)
+            used = self.grid(Name(0, "memory.used"), ticks, gpus, b, cache)
+            with np.errstate(invalid="ignore"):
+                one = bool((used >= JOB_MIN_MIB).all() and pct.shape[1] and (
+                    np.max(pct, axis=1) - np.min(pct, axis=1) <= JOB_MEMORY_PTS).all())
+            got = cache[ONE_JOB_KEY] = np.array(one)
+        return bool(got)
 
     def _jobs(self, ticks: Array, gpus: list[tuple[str, int]], b: Block,
               cache: dict[str, Array]) -> Array:
@@ -323,6 +341,7 @@ def _reduce(fn: str, m: Array, present: Array) -> Array:
 #: node functions over a GPU's job, not the whole node (:func:`same_job`)
 JOB_FUNCS = frozenset({"peer_median", "peer_mean", "peer_min", "peer_max", "job_first"})
 JOBS_KEY = "§jobs"
+ONE_JOB_KEY = "§one_job"
 #: GPUs whose memory used lies within this many points (% of their total) of each other,
 #: each holding a job (>= 1 GiB), are one job's: a data-parallel job's ranks hold nearly
 #: the same memory (real runs: 99.3-99.6 % on 8 FSDP ranks, 71.8-72.1 % on 4 DDP ranks,
