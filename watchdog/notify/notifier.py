@@ -32,7 +32,7 @@ from watchdog.untyped import JsonDoc
 log = logging.getLogger("watchdog.notify")
 
 
-def build_sinks(cfg: NotifyConfig) -> JsonDoc:
+def build_sinks(cfg: NotifyConfig) -> dict[str, Sink]:
     """Every sink of the config, built (secrets read) now: errors are InputError."""
     from watchdog.notify.sinks import build_sink
 
