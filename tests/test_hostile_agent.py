@@ -395,7 +395,9 @@ def test_a_wall_clock_step_changes_no_schedule(tmp_path: Path, hook: Server,
     time.sleep(1.0)  # past the next status write (5 s of the agent's clock: 83 ms here)
     before = json.loads(watchdog("status", "--config", str(cfg), "--json").stdout)
     doc = before
-    while doc["now"] - before["now"] < 60.0 and a.p.poll() is None:  # a minute of its clock
+    deadline = time.monotonic() + 120.0  # a stalled scheduler fails below, not hangs here
+    while (doc["now"] - before["now"] < 60.0 and a.p.poll() is None
+           and time.monotonic() < deadline):  # a minute of its clock
         time.sleep(0.2)
         doc = json.loads(watchdog("status", "--config", str(cfg), "--json").stdout)
     # sampling goes on at its pace after the step: at most one tick per second of the

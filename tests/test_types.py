@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 REPO = Path(__file__).resolve().parent.parent
-#: explicit Any the checker may count in the package (the goal: under 60)
+#: explicit Any the checker may count in the package
 ANY_BUDGET = 10
 
 
@@ -33,5 +33,5 @@ def test_each_explicit_any_is_counted_and_says_why() -> None:
             m = re.search(r"# type: ignore\[explicit-any\](.*)$", line)
             if m:
                 found.append((f"{p.relative_to(REPO)}:{i}", m.group(1).strip(" #")))
-    assert 0 < len(found) <= ANY_BUDGET, found
+    assert len(found) <= ANY_BUDGET, found
     assert [where for where, why in found if len(why) < 6] == []  # each says why
