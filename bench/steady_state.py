@@ -17,23 +17,20 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import subprocess
 import sys
 import time
 from pathlib import Path
 
-BUDGET_MB = 150.0  # DESIGN.md: the agent's RSS
 REPORT_EVERY_S = 300.0
 REPO = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(REPO / "bench"))
 
-
-def _rss_mb() -> float:
-    """Peak RSS of this process image in MiB (``VmHWM``; getrusage's ``ru_maxrss``
-    survives exec and would count the parent that started this child)."""
-    for line in Path("/proc/self/status").read_text().splitlines():
-        if line.startswith("VmHWM:"):
-            return int(line.split()[1]) / 1024.0  # kB
-    raise RuntimeError("no VmHWM in /proc/self/status")
+# the agent bench's budget and peak RSS (MB, 10^6 bytes: ``VmHWM`` of this process image;
+# getrusage's ``ru_maxrss`` survives exec and would count the parent that started it)
+from agent_bench import RSS_BUDGET_MB as BUDGET_MB  # noqa: E402
+from agent_bench import proc_hwm_mb  # noqa: E402
 
 
 def child(gpus: int, interval: float, minutes: float) -> None:
@@ -59,7 +56,7 @@ def child(gpus: int, interval: float, minutes: float) -> None:
         data_s += interval
         if data_s % REPORT_EVERY_S < interval or data_s >= total:
             cpu = time.process_time()
-            print(json.dumps({"data_min": round(data_s / 60), "rss_mb": _rss_mb(),
+            print(json.dumps({"data_min": round(data_s / 60), "rss_mb": proc_hwm_mb(os.getpid()),
                               "ms_per_tick": 1000.0 * (cpu - t_cpu) / n_cpu}), flush=True)
             t_cpu, n_cpu = cpu, 0
     pipe.close(drain_s=0)

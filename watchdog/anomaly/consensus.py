@@ -51,9 +51,9 @@ def node_departs(gs: GateState, t: float, uuids: Sequence[str], raw: Array,
         return alt[0], alt[1], skip
     gs.consensus += 1
     skip |= {uuids[g] for g in judged}
-    evidence = [g for g in judged if has_evidence(gs, uuids[g], raw[g])]
-    if gs.consensus >= CONSENSUS_WINDOWS:
-        why = (why_changed(gs.gpus[uuids[evidence[0]]], raw[evidence[0]]) if evidence else
+    if gs.consensus >= CONSENSUS_WINDOWS:  # the first GPU whose own work changed says why
+        g0 = next((g for g in judged if has_evidence(gs, uuids[g], raw[g])), None)
+        why = (why_changed(gs.gpus[uuids[g0]], raw[g0]) if g0 is not None else
                "most busy GPUs left their normal together")
         phases.change(gs, t, {uuids[g] for g in judged}, f"{why} ({len(judged)} busy GPUs)")
     return feats, scores, skip

@@ -88,11 +88,10 @@ class GpuState:
 
 @dataclass
 class Relearn:
-    """A workload change under way: since when, and why (its GPUs are the ones
-    :attr:`GpuState.settling`)."""
+    """A workload change under way: since when (its GPUs are the ones
+    :attr:`GpuState.settling`; why is :attr:`GateState.workload_change`)."""
 
     since: float
-    why: str
 
 
 @dataclass

@@ -151,8 +151,8 @@ def lagging(gs: GateState, t: float, uuids: Sequence[str], feats: Array) -> Arra
     for g, u in enumerate(uuids):  # its power stepped lately, its temperature follows
         if math.isnan(pf[g]):
             continue
-        old = [p for tt, p in gs.gpus[u].powers if t - tt <= LAG_S]
-        step = pf[g] - old[0] if old else 0.0
+        old = next((p for tt, p in gs.gpus[u].powers if t - tt <= LAG_S), None)
+        step = pf[g] - old if old is not None else 0.0
         out[g] = (abs(step) >= LAG_STEP and step * slope[g] > 0
                   and abs(slope[g]) >= LAG_C_PER_MIN)
     coef, known = gs.fitted.base_coef, gs.fitted.base_uuids

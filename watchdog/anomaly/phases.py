@@ -130,7 +130,7 @@ def change(gs: GateState, t: float, gpus: set[str], why: str) -> None:
     gpus = gpus | {u for u, st in gs.gpus.items() if st.after_gap} | set(gs.members)
     gpus |= gs.settling()
     relearn.end(gs)
-    gs.relearn = Relearn(t, why)
+    gs.relearn = Relearn(t)
     for u in gpus:
         gs.gpus[u].new_work(t)
         gs.gpus[u].settling = True
