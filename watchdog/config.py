@@ -36,7 +36,7 @@ from typing import TYPE_CHECKING
 from watchdog.errors import InputError
 from watchdog.paths import beside
 from watchdog.service.config import Config, Record
-from watchdog.units import duration_in, format_duration, number_in, parse_duration
+from watchdog.units import DAY, duration_in, format_duration, number_in, parse_duration
 from watchdog.untyped import JsonDoc
 
 if TYPE_CHECKING:
@@ -44,7 +44,6 @@ if TYPE_CHECKING:
 
 __all__ = ["RANGES", "Config", "Record", "load"]
 
-DAY = 86_400.0
 HOUR = 3600.0
 YEAR = 365 * DAY
 

@@ -25,6 +25,9 @@ _PART = re.compile(r"(\d+(?:\.\d+)?)(ms|s|m|h|d)")
 #: No duration anywhere in the project is longer than this (100 years): a bigger number is a
 #: typo or an attack, and every later sum or datetime conversion of it stays finite.
 MAX_SECONDS = 100 * 365.25 * 86400.0
+DAY = 86_400.0
+#: how long incidents and deliveries are kept by default (the config's ``retention:``)
+RETENTION_S = 90 * DAY
 #: A duration is at most this many characters (``1h30m15s`` is 8; a long one is a mistake).
 MAX_TEXT = 64
 

@@ -12,9 +12,9 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 
 from watchdog.detect import Rule
+from watchdog.units import RETENTION_S
 
 Listener = Callable[["Settings", frozenset[str]], None]
-DEFAULT_RETENTION_S = 90 * 86_400.0  # the config's default retention: 90 days
 
 
 class Settings:
@@ -24,7 +24,7 @@ class Settings:
     (the config's ``retention:``)."""
 
     def __init__(self, interval: float, rules: Sequence[Rule] = (),
-                 retention_s: float = DEFAULT_RETENTION_S) -> None:
+                 retention_s: float = RETENTION_S) -> None:
         self.interval = interval
         self.rules = rules
         self.retention_s = retention_s

@@ -6,13 +6,13 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
+from watchdog.units import DAY, RETENTION_S
+
 if TYPE_CHECKING:  # annotations only: reading a config loads no sink, job or Slurm code
     from watchdog.notify.config import NotifyConfig
     from watchdog.service.jobs import JobConfig
     from watchdog.service.slurm import SlurmConfig
     from watchdog.untyped import JsonDoc
-
-DAY = 86_400.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -44,7 +44,7 @@ class Config:
     sim_seed: int = 0
     metrics_listen: str | None = None
     record: Record | None = None
-    retention_s: float = 90 * DAY
+    retention_s: float = RETENTION_S
     call_timeout: float = 2.0
     notify: NotifyConfig | None = None
     model: str | JsonDoc | None = None

@@ -24,6 +24,7 @@ import sqlite3
 from watchdog.incident import Incident
 from watchdog.store.db import transaction
 from watchdog.store.store import Store
+from watchdog.units import RETENTION_S
 from watchdog.untyped import JsonDoc
 
 STEPS = (
@@ -51,7 +52,6 @@ STEPS = (
     """,
 )
 
-DAY = 86_400.0
 
 
 class AgentStore:
@@ -143,7 +143,7 @@ class AgentStore:
             "UPDATE SET doc = excluded.doc, updated_at = excluded.updated_at", (text, now)))
 
     # --- retention ------------------------------------------------------------------------
-    def prune(self, now: float, retention_s: float = 90 * DAY) -> int:
+    def prune(self, now: float, retention_s: float = RETENTION_S) -> int:
         """Delete incidents resolved more than ``retention_s`` ago and learned levels of
         GPUs not seen for as long (a replaced board). Returns rows deleted."""
         cut = now - retention_s
