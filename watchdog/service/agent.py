@@ -247,22 +247,24 @@ class Agent:
                     "notify", "job", "slurm"):
             if getattr(new, key) != getattr(self.cfg, key):
                 notes.append(f"{key} changed: takes effect at the next restart")
-        changed = self._apply(new.interval, rules)
-        self.settings.update(retention_s=new.retention_s)
+        changed = self._apply(new.interval, rules, new.retention_s)
         if "interval" in changed:
             notes.append(f"interval now {new.interval:g}s")
         self.cfg = new
         return "; ".join([f"{self.cfg.path}: {len(rules)} rules", *notes])
 
-    def _apply(self, interval: float | None, rules: Sequence[Rule]) -> frozenset[str]:
-        """Put ``interval`` and ``rules`` in force; on any failure the running ones are put
-        back (and the failure raised for the reload to report)."""
-        old_interval, old_rules = self.settings.interval, self.settings.rules
+    def _apply(self, interval: float | None, rules: Sequence[Rule],
+               retention_s: float | None = None) -> frozenset[str]:
+        """Put ``interval``, ``rules`` and ``retention_s`` in force, in one update; on any
+        failure the running ones are put back (and the failure raised for the reload to
+        report)."""
+        s = self.settings
+        old = (s.interval, s.rules, s.retention_s)
         try:
-            changed = self.settings.update(interval=interval, rules=rules)
+            changed = s.update(interval=interval, rules=rules, retention_s=retention_s)
             self.pipeline.replace_detector()
         except BaseException:
-            self.settings.update(interval=old_interval, rules=old_rules)
+            s.update(interval=old[0], rules=old[1], retention_s=old[2])
             self.pipeline.replace_detector()
             raise
         return changed
