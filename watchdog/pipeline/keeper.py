@@ -57,6 +57,13 @@ class StateKeeper:
         except Exception as e:  # noqa: BLE001 - a broken database must not stop detection
             self.failed(f"cannot record incident {key}", e)
 
+    def write_status(self, doc: JsonDoc, now: float) -> None:
+        """The status row in the state database and the runtime file beside it (what
+        ``watchdog status`` and ``check --agent`` read)."""
+        if self.store is not None:
+            self.store.write_status(doc, now)
+            self.runtime_status(doc, now)
+
     def upkeep(self, now: float, detector: Detector | None, host: str | None,
                status: Callable[[], JsonDoc], retention_s: float) -> None:
         """What is due at ``now``: the learned state, the status row, the prune of what
@@ -68,9 +75,7 @@ class StateKeeper:
                 self.save(now, detector, host)
             if now - self._status_at >= STATUS_EVERY_S:
                 self._status_at = now
-                doc = status()
-                self.store.write_status(doc, now)
-                self.runtime_status(doc, now)
+                self.write_status(status(), now)
             if now - self._pruned_at >= PRUNE_EVERY_S:
                 self._pruned_at = now
                 n = self.store.prune(now, retention_s)

@@ -377,8 +377,7 @@ class LivePipeline:
                 if self.store is not None:
                     doc = self.status()
                     doc["stopped_at"] = self.clock.now()
-                    self.store.write_status(doc, self.clock.now())
-                    self.keeper.runtime_status(doc, self.clock.now())
+                    self.keeper.write_status(doc, self.clock.now())
             except Exception as e:  # noqa: BLE001 - shutdown goes on
                 log.error("cannot save agent state at shutdown: %s", e)
             if self.alerting is not None:
