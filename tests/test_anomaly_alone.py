@@ -63,12 +63,23 @@ def test_a_gpu_alone_drawing_less_at_the_same_activity_is_judged_on_own_power() 
     blind = at(p0, mem_util=np.nan, sm_active=np.nan, tensor_active=np.nan)
     _g, f2, _s, _j = alone_then(model, u, blind, at(p0 - 0.28, blind))
     assert np.isnan(f2[0, op])
-    # with a peer at work the peers judge it (peer_power), not its own past
-    two = row[:2].copy()
-    two[:, F.INDEX["temp_slope"]] = 0.0
-    low = two.copy()
+    # with PEERS_MIN of its job at work the peers judge it (peer_power), not its own
+    # past; in a job of fewer, its own past does
+    for n, own in ((L.PEERS_MIN, False), (L.PEERS_MIN - 1, True)):
+        job = row[:n].copy()
+        job[:, F.INDEX["temp_slope"]] = 0.0
+        low = job.copy()
+        low[1, pf] -= 0.28
+        _g, f2, _s, _j = alone_then(model, uuids[:n], job, low)
+        assert np.isnan(f2[0, op]) and (not np.isnan(f2[1, op])) is own, n
+    # a GPU at work that the memory it holds sets apart from the others at work (another
+    # job's, or a rank 0 holding less): not its own past
+    apart = row[:L.PEERS_MIN].copy()
+    apart[:, F.INDEX["temp_slope"]] = 0.0
+    apart[1, F.INDEX["mem_ratio"]] -= 2 * L.JOB_MEM
+    low = apart.copy()
     low[1, pf] -= 0.28
-    _g, f2, _s, _j = alone_then(model, uuids[:2], two, low)
+    _g, f2, _s, _j = alone_then(model, uuids[:L.PEERS_MIN], apart, low)
     assert np.isnan(f2[:, op]).all()
 
 def test_a_slowed_gpu_alone_back_in_a_heavier_phase_is_no_new_job() -> None:

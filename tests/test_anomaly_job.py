@@ -4,6 +4,7 @@ a checkpoint."""
 from __future__ import annotations
 
 import numpy as np
+import pytest
 from anomaly_helpers import sim_grid
 from gate_helpers import (
     idle,
@@ -31,29 +32,84 @@ def test_a_job_that_waits_in_a_checkpoint_is_not_judged() -> None:
         assert skipped_for(skips, times, u, writes[1]) == L.CKPT_GRACE_S
 
 def test_the_peers_of_a_job_on_part_of_the_node_are_its_working_members() -> None:
-    """``job_peers``: two GPUs work (0.8 and 0.6 of the limit), one holds memory idle,
-    one is unused. Each member is compared with the median of the members at work; the
-    unused GPU has no peers; the drift and drop counts against the whole node read
-    unknown. A node whose GPUs all belong to the job is left as it is."""
+    """``job_peers``: three GPUs work (0.8, 0.7 and 0.6 of the limit), one holds the job's
+    memory idle (a rank writing), one is unused. Each member is compared with the median
+    of the members at work; the unused GPU has no peers; the drift and drop counts against
+    the whole node read unknown. A node whose GPUs all belong to the job is left as it is."""
     pf, pp, ut, mr = (F.INDEX[k] for k in ("power_frac", "peer_power", "util_mean",
                                            "mem_ratio"))
-    x = np.zeros((4, len(F.FEATURES)))
-    x[:, pf] = [0.8, 0.6, 0.1, 0.1]
-    x[:, ut] = [100.0, 100.0, 0.0, 0.0]
-    x[:, mr] = [0.9, 0.9, 0.5, 0.01]
+    x = np.zeros((5, len(F.FEATURES)))
+    x[:, pf] = [0.8, 0.7, 0.6, 0.1, 0.1]
+    x[:, ut] = [100.0, 100.0, 100.0, 0.0, 0.0]
+    x[:, mr] = [0.9, 0.9, 0.9, 0.9, 0.01]
     x[:, pp] = 99.0
     got = job.job_peers(x[None])[0]
-    assert np.allclose(got[:3, pp], [0.1, -0.1, 0.1 - 0.7]) and np.isnan(got[3, pp])
+    assert np.allclose(got[:4, pp], [0.1, 0.0, -0.1, 0.1 - 0.7]) and np.isnan(got[4, pp])
     assert np.isnan(got[:, F.INDEX["peer_temp_drift"]]).all()
     assert np.isnan(got[:, F.INDEX["peer_util_drops"]]).all()
     one = x.copy()
-    one[1, ut], one[1, mr] = 0.0, 0.01  # one GPU at work alone: no peers, 0
+    one[1:3, ut], one[1:3, mr] = 0.0, 0.01  # one GPU at work alone: no peers, 0
     got = job.job_peers(one[None])[0]
     assert got[0, pp] == 0.0 and np.isnan(got[1, pp])
     full = x.copy()
-    full[3, mr] = 0.5
-    assert job.job_peers(full[None]) is not None and np.array_equal(
-        job.job_peers(full[None])[0], full)
+    full[4, mr] = 0.9
+    assert np.array_equal(job.job_peers(full[None])[0], full)
+
+
+def test_a_gpu_has_peers_when_its_job_has_peers_min_at_work() -> None:
+    """With two GPUs at work their median is the midpoint, and each departs from it by
+    half their difference: the healthy GPU as much as the faulty one. A job with fewer
+    than PEERS_MIN GPUs at work has no peers (0), a whole node's included; with
+    PEERS_MIN it has."""
+    pf, pp, ut, mr = (F.INDEX[k] for k in ("power_frac", "peer_power", "util_mean",
+                                           "mem_ratio"))
+    n = L.PEERS_MIN
+    x = np.zeros((n, len(F.FEATURES)))
+    x[:, pf] = np.linspace(0.8, 0.5, n)
+    x[:, ut], x[:, mr] = 100.0, 0.9
+    x[:, pp] = x[:, pf] - np.median(x[:, pf])
+    assert np.array_equal(job.job_peers(x[None])[0], x)  # PEERS_MIN at work: as it is
+    fewer = x.copy()
+    fewer[-1, ut], fewer[-1, pf] = 0.0, 0.1  # one fewer at work (still the job's)
+    got = job.job_peers(fewer[None])[0]
+    assert (got[:, pp] == 0.0).all()
+    assert np.isnan(got[:, F.INDEX["peer_temp_drift"]]).all()
+
+
+def test_two_jobs_on_one_node_are_each_their_own_peers() -> None:
+    """Six GPUs at work in two jobs, told apart by the memory each holds (0.9 and 0.4 of
+    it): each GPU is compared with its own job's median, not the node's. A job whose ranks
+    hold memory JOB_MEM apart is one job; further apart, two."""
+    pf, pp, ut, mr = (F.INDEX[k] for k in ("power_frac", "peer_power", "util_mean",
+                                           "mem_ratio"))
+    x = np.zeros((6, len(F.FEATURES)))
+    x[:, pf] = [0.8, 0.7, 0.6, 0.4, 0.3, 0.2]
+    x[:, ut] = 100.0
+    x[:, mr] = [0.9, 0.9, 0.9, 0.4, 0.4, 0.4]
+    got = job.job_peers(x[None])[0]
+    assert np.allclose(got[:, pp], [0.1, 0.0, -0.1, 0.1, 0.0, -0.1])
+    near = x.copy()
+    near[:, mr] = [0.9, 0.9 - L.JOB_MEM + 1e-9, 0.9, 0.9, 0.9, 0.9]
+    assert np.array_equal(job.job_peers(near[None])[0], near)  # one job: left as it is
+    far = x.copy()
+    far[:, mr] = [0.9, 0.9 - L.JOB_MEM - 1e-3, 0.9, 0.9, 0.9, 0.9]
+    got = job.job_peers(far[None])[0]
+    assert got[1, pp] == 0.0  # its own job, alone
+    assert np.isclose(got[0, pp], 0.8 - 0.4)  # the median of 0.8, 0.6, 0.4, 0.3, 0.2
+    unread = x.copy()
+    unread[:, mr] = [0.9, np.nan, 0.9, 0.4, 0.4, 0.4]  # memory not read: every job's
+    got = job.job_peers(unread[None])[0]
+    assert np.isclose(got[1, pp], 0.7 - 0.5)  # the median of all six
+    assert np.isclose(got[0, pp], 0.8 - 0.7)  # its job: 0.8, 0.7 (GPU 1), 0.6
+    assert np.isclose(got[3, pp], 0.4 - 0.35)  # its job: 0.7 (GPU 1), 0.4, 0.3, 0.2
+
+
+def test_the_model_takes_jobs_as_the_rules_do() -> None:
+    """One line between two jobs for the rules' peer functions and the model's peers."""
+    from watchdog.detect.evaluate import JOB_MEMORY_PTS
+
+    assert L.JOB_MEM * 100.0 == JOB_MEMORY_PTS
+
 
 def test_the_fit_learns_the_peers_it_is_judged_on_where_some_gpus_idle() -> None:
     """On a node where 2 of 4 GPUs never work, the whole node's median falls between the
@@ -88,3 +144,15 @@ def test_a_member_at_work_under_the_busy_line_waits_for_nothing() -> None:
         _raw, pausing, _grace = grace.transit(gate.state, 100.0, uuids, x, F.valid_rows(x[None])[0],
                                               set())
         assert (pausing == set(uuids)) is waits, util
+
+
+def test_job_peers_in_chunks_is_job_peers_at_once(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A long fit is taken in chunks of CHUNK_CELLS: the same features as at once."""
+    rng = np.random.default_rng(3)
+    x = rng.uniform(0.0, 1.0, (50, 4, len(F.FEATURES)))
+    x[..., F.INDEX["util_mean"]] = rng.choice([0.0, 100.0], (50, 4))
+    x[..., F.INDEX["mem_ratio"]] = rng.choice([0.01, 0.4, 0.9], (50, 4))
+    whole = job.job_peers(x)
+    monkeypatch.setattr(job, "CHUNK_CELLS", 3 * 16)
+    np.testing.assert_array_equal(job.job_peers(x), whole)
+    assert not np.array_equal(whole, x)  # something was taken again

@@ -1,7 +1,8 @@
 """A GPU alone slowing down: ``own_power``, its power against its own past at the same work.
 
-With peers, a GPU that slows down falls away from them (``peer_power``). Alone (a 1-GPU
-node, a job on one GPU), every other feature can read normal: on a 1-GPU node whose first
+With peers, a GPU that slows down falls away from them (``peer_power``). Without (a 1-GPU
+node, a job on one GPU, a job on two: :data:`~.gate_limits.PEERS_MIN`), every other
+feature can read normal: on a 1-GPU node whose first
 job ran a heavy phase (0.85 of the limit) and a light one (0.47), a second job's heavy
 phase (0.79) slowed to 65 % draws 0.51, inside the training's range, at the utilization,
 memory and clocks of the work, and the forest scored it 0.45 under a threshold of 0.83 for
@@ -31,12 +32,15 @@ from watchdog.anomaly.gate_limits import (
     ACTIVE,
     ACTIVITY,
     ACTIVITY_ALPHA,
+    MEMBER_MEM,
+    PEERS_MIN,
     SAME_ACTIVITY_REACH,
     SLOW_FALL,
     SLOW_FRAC,
     SLOW_NOISE_K,
 )
 from watchdog.anomaly.gate_state import GateState, GpuState, Work
+from watchdog.anomaly.job import same_job
 from watchdog.untyped import Array
 
 ACT_AT = np.array([F.INDEX[a] for a in ACTIVITY])
@@ -46,28 +50,46 @@ ACT_ACTIVE = np.array([a in ACTIVE for a in ACTIVITY])
 
 def slowed(gs: GateState, uuids: Sequence[str], raw: Array, busy: Array,
            engaged: set[str] | frozenset[str]) -> Array:
-    """``raw`` with ``own_power`` (the fall, of its limit) set on the one GPU at work (no
-    peers at work; not while its job settles) where it is slowing down (see the module
-    docs): a copy where it is set."""
+    """``raw`` with ``own_power`` (the fall, of its limit) set where a GPU at work without
+    peers is slowing down (see the module docs; not while its job settles): the one GPU
+    at work on the node, or one of a job with two to fewer than
+    :data:`~.gate_limits.PEERS_MIN` GPUs at work (:func:`.job.same_job`). Not a GPU the
+    memory it holds sets apart from others at work: another job's, or its job's rank 0
+    holding less (real-wandb TRAVEL: 92 % beside three at 98.5 %), whose phases it would
+    take for a slowdown. A copy where it is set."""
     workers = [g for g, u in enumerate(uuids) if busy[g] and u not in engaged]
-    if len(workers) != 1:
+    if not workers:
         return raw
-    g = workers[0]
-    u = uuids[g]
+    if len(workers) > 1:
+        mem = raw[:, F.INDEX["mem_ratio"]]
+        with np.errstate(invalid="ignore"):
+            member = busy | (mem >= MEMBER_MEM)
+        peers = (same_job(mem, member) & busy[None, :]).sum(axis=1)
+        workers = [g for g in workers if 2 <= peers[g] < PEERS_MIN]
+    out = raw
+    for g in workers:
+        fall = _fall(gs, uuids[g], raw[g])
+        if fall is not None:
+            out = raw.copy() if out is raw else out
+            out[g, F.INDEX["own_power"]] = fall
+    return out
+
+
+def _fall(gs: GateState, u: str, row: Array) -> float | None:
+    """How far (of its limit, negative) a GPU at work without peers has fallen below the
+    most it drew at its activity, where it is slowing down; None where it is not."""
     if gs.relearn is not None and gs.gpus[u].settling:
-        return raw
-    power = float(raw[g, F.INDEX["power_frac"]])
-    work = works_at(gs.gpus[u], raw[g])
+        return None
+    power = float(row[F.INDEX["power_frac"]])
+    work = works_at(gs.gpus[u], row)
     if work is None or math.isnan(power):
-        return raw
+        return None
     most = work.most
     fall = power - most
     if (fall > -SLOW_FALL or power > (1.0 - SLOW_FRAC) * most
             or power > work.mean - SLOW_NOISE_K * math.sqrt(work.var)):
-        return raw
-    out = raw.copy()
-    out[g, F.INDEX["own_power"]] = fall
-    return out
+        return None
+    return fall
 
 
 def works_at(st: GpuState, row: Array) -> Work | None:

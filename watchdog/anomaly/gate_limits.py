@@ -31,6 +31,16 @@ LAG_C_PER_MIN = 0.5  # a temperature trend this fast towards a step is its lag
 
 # --- the node's job: members, checkpoints (job.py) -------------------------------------
 MEMBER_MEM = 0.1  # a GPU holding this share of its memory belongs to a job
+# members whose shares of memory lie within this of each other are one job's (the rules'
+# JOB_MEMORY_PTS): two jobs on one node compared as one put a 13 % power drop inside the
+# peers' normal (real-wandb stanford_alpaca, half the node in another job)
+JOB_MEM = 0.05
+# a GPU has peers when its job has this many GPUs at work; with two, their median is the
+# midpoint and each departs from it by half their difference, the healthy GPU as much as
+# the faulty one (real-wandb Aochong-Li: a throttled GPU's healthy peer paged), and two
+# other users' GPUs holding the same memory (ghln1e4f) taught the model +-0.27 of the
+# limit as a normal peer_power
+PEERS_MIN = 3
 # a member under this utilization (%, the window's mean) waits for the job (a rank writing,
 # every rank paused); a member at work under the model's busy line does not: another
 # job's GPU at 47-56 % (real-wandb ghln1e4f) held the node's job unjudged whenever it dipped

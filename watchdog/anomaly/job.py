@@ -2,13 +2,18 @@
 
 * **Peers among the job's GPUs** (:func:`job_peers`). :mod:`.features` compares a GPU
   with the median of every GPU of the node: right while one job holds them all, wrong for
-  a job on 4 of 8 GPUs, whose median falls between the working and the unused ones. A GPU
-  belongs to the job when it works or holds memory (:data:`~.gate_limits.MEMBER_MEM`);
-  when some GPUs do not, the peer features are taken again against the median of the
-  members at work (0 with fewer than two, as on a 1-GPU node), and ``peer_util_drops`` and
-  ``peer_temp_drift`` (against the whole node's median) read as unknown. The fit takes
-  its windows through the same function (:func:`watchdog.anomaly.train.fit`): the model
-  learns the peers it is judged on.
+  a job on 4 of 8 GPUs, whose median falls between the working and the unused ones, or
+  for two jobs side by side. A GPU belongs to a job when it works or holds memory
+  (:data:`~.gate_limits.MEMBER_MEM`), and to the job of the GPUs whose share of memory
+  lies within :data:`~.gate_limits.JOB_MEM` of its own (:func:`same_job`, the line the
+  rules' peer functions draw: a data-parallel job's ranks hold nearly the same memory).
+  Where the node is not one job, or fewer than :data:`~.gate_limits.PEERS_MIN` of its
+  GPUs work, the peer features are taken again against the median of the GPU's job's
+  members at work (0 with fewer than :data:`~.gate_limits.PEERS_MIN`: two GPUs' median is
+  their midpoint, from which the healthy one departs as far as the faulty one), and
+  ``peer_util_drops`` and ``peer_temp_drift`` (against the whole node's median) read as
+  unknown. The fit takes its windows through the same function
+  (:func:`watchdog.anomaly.train.fit`): the model learns the peers it is judged on.
 * **A job in a checkpoint** (:func:`adjust`). A member that holds its memory without
   working (under :data:`~.gate_limits.IDLE_UTIL`: rank 0 writing, every rank paused)
   while others work, or most working members under :data:`~.gate_limits.SPIN_POWER`
@@ -27,33 +32,76 @@ from collections.abc import Sequence
 import numpy as np
 
 from watchdog.anomaly import features as F
-from watchdog.anomaly.gate_limits import IDLE_UTIL, MEMBER_MEM, SPIN_POWER
+from watchdog.anomaly.gate_limits import IDLE_UTIL, JOB_MEM, MEMBER_MEM, PEERS_MIN, SPIN_POWER
 from watchdog.anomaly.gate_state import GateState
 from watchdog.untyped import Array
 
 
+def same_job(mem: Array, member: Array) -> Array:
+    """``(..., G, G)`` bool: GPU k is in GPU j's job (both members, their shares of memory
+    within :data:`~.gate_limits.JOB_MEM` of each other: the rules'
+    :func:`watchdog.detect.evaluate.same_job`). A member whose memory is not read is in
+    every member's job; a member is always in its own."""
+    with np.errstate(invalid="ignore"):
+        near = np.abs(mem[..., :, None] - mem[..., None, :]) <= JOB_MEM
+    unread = np.isnan(mem)
+    near |= unread[..., :, None] | unread[..., None, :]
+    out = near & member[..., :, None] & member[..., None, :]
+    idx = np.arange(mem.shape[-1])
+    out[..., idx, idx] |= member
+    return out
+
+
+#: ``windows × GPUs × GPUs`` cells :func:`job_peers` takes at once: a fit's 100,000 windows
+#: of a 64-GPU node would need 3.3 GB for one peer feature's cube
+CHUNK_CELLS = 1 << 21
+
+
 def job_peers(feats: Array) -> Array:
-    """``(..., G, F)`` features with the peer features taken among the job's GPUs (see the
-    module docs): where some GPUs of a window neither work nor hold memory, each member's
-    peer features against the median of the members at work (0 with fewer than two), a
-    non-member's unknown (NaN), and ``peer_util_drops`` and ``peer_temp_drift`` unknown on
-    every GPU. The rest is ``feats`` itself (a copy only where something is taken again)."""
-    busy = F.busy(feats.reshape(-1, *feats.shape[-2:])).reshape(feats.shape[:-1])
+    """``(..., G, F)`` features with the peer features taken within each GPU's job (see
+    the module docs): where the node is not one job of at least
+    :data:`~.gate_limits.PEERS_MIN` GPUs at work (some GPUs neither work nor hold memory,
+    the members hold memory in groups: :func:`same_job`, or fewer work), each member's
+    peer features against the median of its job's members at work (0 with fewer than
+    :data:`~.gate_limits.PEERS_MIN`), a non-member's unknown (NaN), and
+    ``peer_util_drops`` and ``peer_temp_drift`` unknown on every GPU. The rest is
+    ``feats`` itself (a copy only where something is taken again)."""
+    g = feats.shape[-2]
+    flat = feats.reshape(-1, g, feats.shape[-1])
+    out: Array | None = None
+    every = max(1, CHUNK_CELLS // (g * g))
+    for lo in range(0, len(flat), every):
+        got = _job_peers(flat[lo:lo + every])
+        if got is not None:
+            if out is None:
+                out = flat.copy()
+            out[lo:lo + every] = got
+    return feats if out is None else out.reshape(feats.shape)
+
+
+def _job_peers(feats: Array) -> Array | None:
+    """:func:`job_peers` of ``(W, G, F)`` features; None where nothing is taken again."""
+    busy = F.busy(feats)
     mem = feats[..., F.INDEX["mem_ratio"]]
     with np.errstate(invalid="ignore"):
         member = busy | (mem >= MEMBER_MEM)
-    part = member.any(axis=-1) & ~member.all(axis=-1)  # (...): windows to take again
+    jobs = same_job(mem, member)  # (W, G, G)
+    whole = (member.all(axis=-1) & jobs.all(axis=(-2, -1))
+             & ((busy.sum(axis=-1) >= PEERS_MIN) | (feats.shape[-2] == 1)))
+    part = member.any(axis=-1) & ~whole  # (W,): windows to take again
     if not part.any():
-        return feats
+        return None
     out = feats.copy()
     sub = out[part]  # (N, G, F)
-    mem_k, busy_k = member[part], busy[part]
-    ref = mem_k & busy_k
-    n_ref = ref.sum(axis=-1, keepdims=True)
+    mem_k, busy_k, jobs_k = member[part], busy[part], jobs[part]
+    ref = jobs_k & busy_k[:, None, :]  # (N, j, k): k is a working member of j's job
+    n_ref = ref.sum(axis=-1)
+    n, g = ref.shape[:2]
     for name, base in F.PEERS.items():
-        x = sub[..., F.INDEX[base]]
-        med = F.row_median(np.where(ref, x, np.nan))
-        peer = np.where(n_ref < 2, np.where(np.isnan(x), np.nan, 0.0), x - med)
+        x = sub[..., F.INDEX[base]]  # (N, G)
+        cube = np.where(ref, x[:, None, :], np.nan).reshape(n * g, g)
+        med = F.row_median(cube).reshape(n, g)
+        peer = np.where(n_ref < PEERS_MIN, np.where(np.isnan(x), np.nan, 0.0), x - med)
         sub[..., F.INDEX[name]] = np.where(mem_k, peer, np.nan)
     sub[..., F.INDEX["peer_util_drops"]] = np.nan
     sub[..., F.INDEX["peer_temp_drift"]] = np.nan
