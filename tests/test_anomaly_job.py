@@ -31,6 +31,23 @@ def test_a_job_that_waits_in_a_checkpoint_is_not_judged() -> None:
     for u in uuids:  # the writer and the ranks that waited: the first minute after it
         assert skipped_for(skips, times, u, writes[1]) == L.CKPT_GRACE_S
 
+def test_another_jobs_idle_gpu_does_not_hold_this_job_waiting() -> None:
+    """A GPU holding memory without working waits for its job only when it is the job's
+    (its share of memory within JOB_MEM of the working GPUs'). Another process's GPU
+    holding 17 % idle beside a 2-GPU job at 96 % (real-wandb LeonGuertler) held that job
+    unjudged for the whole run."""
+    model, uuids, row = steady()
+    mem = F.INDEX["mem_ratio"]
+    times = [1000.0 + 10 * k for k in range(40)]
+    for apart, waits in ((L.JOB_MEM - 0.01, True), (L.JOB_MEM + 0.01, False)):
+        x = idle(row, [0])
+        x[0, mem] = float(np.min(row[1:, mem])) - apart
+        assert x[0, mem] >= L.MEMBER_MEM and np.ptp(row[1:, mem]) < 0.01
+        skips = walk(Gate(model), [(t, x, set()) for t in times])
+        judged = [set(uuids[1:]).isdisjoint(skip) for skip in skips[-10:]]
+        assert (not any(judged)) if waits else all(judged), apart
+
+
 def test_the_peers_of_a_job_on_part_of_the_node_are_its_working_members() -> None:
     """``job_peers``: three GPUs work (0.8, 0.7 and 0.6 of the limit), one holds the job's
     memory idle (a rank writing), one is unused. Each member is compared with the median

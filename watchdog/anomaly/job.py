@@ -14,11 +14,14 @@
   ``peer_util_drops`` and ``peer_temp_drift`` (against the whole node's median) read as
   unknown. The fit takes its windows through the same function
   (:func:`watchdog.anomaly.train.fit`): the model learns the peers it is judged on.
-* **A job in a checkpoint** (:func:`adjust`). A member that holds its memory without
-  working (under :data:`~.gate_limits.IDLE_UTIL`: rank 0 writing, every rank paused)
-  while others work, or most working members under :data:`~.gate_limits.SPIN_POWER`
-  (spinning in a collective while a writer on another node finishes): the job waits, and
-  no member is judged until it is back (then the checkpoint's grace). A hang is the
+* **A job in a checkpoint** (:func:`adjust`). A member that holds its job's memory
+  without working (under :data:`~.gate_limits.IDLE_UTIL`: rank 0 writing, every rank
+  paused) while others of its job (:func:`same_job`) work: that job waits, and none of its
+  GPUs is judged until it is back (then the checkpoint's grace). Another process's GPU
+  idle at another share of memory does not hold the job (real-wandb LeonGuertler: 17 %
+  held idle beside a 2-GPU job at 96 %, which went unjudged for the whole run). Most
+  working members under :data:`~.gate_limits.SPIN_POWER` (spinning in a collective while
+  a writer on another node finishes): every member waits. A hang is the
   rules' to name; on a 1-GPU node there is no collective to wait in, and a power drop
   there is judged.
 * **Drift with a history.** ``peer_temp_drift`` looks back 10 min: it reads as unknown for
@@ -128,10 +131,15 @@ def adjust(gs: GateState, t: float, uuids: Sequence[str], feats: Array,
     with np.errstate(invalid="ignore"):
         spin = busy & (pf < SPIN_POWER)
         idle = np.where(np.isnan(util), ~busy, util < IDLE_UTIL)
-    if len(uuids) > 1 and (((member & idle).any() and (member & busy).any())
-                           or 2 * spin.sum() > max(1, (member & busy).sum())):
-        pausing = set(members)
-        for u in members:
+    if len(uuids) > 1:
+        jobs = same_job(mem, member)
+        # an idle member whose job has a member at work: that job waits (its GPUs)
+        waits = (member & idle) & (jobs & (member & busy)[None, :]).any(axis=1)
+        waiting = jobs[waits].any(axis=0)
+        if 2 * spin.sum() > max(1, (member & busy).sum()):
+            waiting = member
+        pausing = {u for u, w in zip(uuids, waiting, strict=True) if w}
+        for u in pausing:
             gs.gpus[u].idle_since = gs.gpus[u].idle_since or t
     lookback = F.LOOKBACK_S + F.WINDOW_S
     stale = [g for g, u in enumerate(uuids)
