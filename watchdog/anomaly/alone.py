@@ -32,7 +32,6 @@ from watchdog.anomaly.gate_limits import (
     ACTIVE,
     ACTIVITY,
     ACTIVITY_ALPHA,
-    MEMBER_MEM,
     PEERS_MIN,
     SAME_ACTIVITY_REACH,
     SLOW_FALL,
@@ -40,7 +39,7 @@ from watchdog.anomaly.gate_limits import (
     SLOW_NOISE_K,
 )
 from watchdog.anomaly.gate_state import GateState, GpuState, Work
-from watchdog.anomaly.job import same_job
+from watchdog.anomaly.job import jobs_of
 from watchdog.untyped import Array
 
 ACT_AT = np.array([F.INDEX[a] for a in ACTIVITY])
@@ -61,10 +60,8 @@ def slowed(gs: GateState, uuids: Sequence[str], raw: Array, busy: Array,
     if not workers:
         return raw
     if len(workers) > 1:
-        mem = raw[:, F.INDEX["mem_ratio"]]
-        with np.errstate(invalid="ignore"):
-            member = busy | (mem >= MEMBER_MEM)
-        peers = (same_job(mem, member) & busy[None, :]).sum(axis=1)
+        _member, jobs = jobs_of(raw, busy)
+        peers = (jobs & busy[None, :]).sum(axis=1)
         workers = [g for g in workers if 2 <= peers[g] < PEERS_MIN]
     out = raw
     for g in workers:

@@ -55,6 +55,16 @@ def same_job(mem: Array, member: Array) -> Array:
     return out
 
 
+def jobs_of(feats: Array, busy: Array) -> tuple[Array, Array]:
+    """``(member, jobs)`` of ``(..., G, F)`` windows whose GPUs at work are ``busy``
+    (``(..., G)``): each GPU in a job (at work, or holding :data:`~.gate_limits.MEMBER_MEM`
+    of its memory), and ``(..., G, G)`` :func:`same_job`."""
+    mem = feats[..., F.INDEX["mem_ratio"]]
+    with np.errstate(invalid="ignore"):
+        member = busy | (mem >= MEMBER_MEM)
+    return member, same_job(mem, member)
+
+
 #: ``windows × GPUs × GPUs`` cells :func:`job_peers` takes at once: a fit's 100,000 windows
 #: of a 64-GPU node would need 3.3 GB for one peer feature's cube
 CHUNK_CELLS = 1 << 21
@@ -85,10 +95,7 @@ def job_peers(feats: Array) -> Array:
 def _job_peers(feats: Array) -> Array | None:
     """:func:`job_peers` of ``(W, G, F)`` features; None where nothing is taken again."""
     busy = F.busy(feats)
-    mem = feats[..., F.INDEX["mem_ratio"]]
-    with np.errstate(invalid="ignore"):
-        member = busy | (mem >= MEMBER_MEM)
-    jobs = same_job(mem, member)  # (W, G, G)
+    member, jobs = jobs_of(feats, busy)  # (W, G), (W, G, G)
     whole = (member.all(axis=-1) & jobs.all(axis=(-2, -1))
              & ((busy.sum(axis=-1) >= PEERS_MIN) | (feats.shape[-2] == 1)))
     part = member.any(axis=-1) & ~whole  # (W,): windows to take again
@@ -117,9 +124,7 @@ def adjust(gs: GateState, t: float, uuids: Sequence[str], feats: Array,
     """The window as the model should see it (:func:`job_peers`, a drift without its
     history unknown) and the GPUs of a job waiting in a checkpoint (whose idle spell then
     begins: their grace follows it)."""
-    mem = feats[:, F.INDEX["mem_ratio"]]
-    with np.errstate(invalid="ignore"):
-        member = busy | (mem >= MEMBER_MEM)
+    member, jobs = jobs_of(feats, busy)
     members = frozenset(u for u, m in zip(uuids, member, strict=True) if m)
     if members != gs.members:
         gs.members = members
@@ -132,7 +137,6 @@ def adjust(gs: GateState, t: float, uuids: Sequence[str], feats: Array,
         spin = busy & (pf < SPIN_POWER)
         idle = np.where(np.isnan(util), ~busy, util < IDLE_UTIL)
     if len(uuids) > 1:
-        jobs = same_job(mem, member)
         # an idle member whose job has a member at work: that job waits (its GPUs)
         waits = (member & idle) & (jobs & (member & busy)[None, :]).any(axis=1)
         waiting = jobs[waits].any(axis=0)
