@@ -139,9 +139,8 @@ def adjust(gs: GateState, t: float, uuids: Sequence[str], feats: Array,
     if len(uuids) > 1:
         # an idle member whose job has a member at work: that job waits (its GPUs)
         waits = (member & idle) & (jobs & (member & busy)[None, :]).any(axis=1)
-        waiting = jobs[waits].any(axis=0)
-        if 2 * spin.sum() > max(1, (member & busy).sum()):
-            waiting = member
+        waiting: Array = (member if 2 * spin.sum() > max(1, (member & busy).sum())
+                          else np.asarray(jobs[waits].any(axis=0)))
         pausing = {u for u, w in zip(uuids, waiting, strict=True) if w}
         for u in pausing:
             gs.gpus[u].idle_since = gs.gpus[u].idle_since or t
