@@ -34,12 +34,16 @@ from __future__ import annotations
 import sys
 import time
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import numpy as np
 
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 sys.path.insert(0, str(REPO / "bench"))
+
+if TYPE_CHECKING:
+    from watchdog.sources.replay.frame import Recording
 
 SHARED = REPO.parent / "shared"
 STEADY_POWER = 0.03  # of the limit: a 60 s mean power this close at both ends is steady
@@ -68,18 +72,16 @@ def rises(temp: np.ndarray, powers: list[np.ndarray], busy: np.ndarray, lag: int
     return d_t[ok]
 
 
-def one_run(path: Path
+def one_run(rec: Recording
             ) -> list[tuple[int, float | None, float | None, float, float | None]]:
-    """Per GPU that worked :data:`MIN_BUSY_MIN`: ``(gpu, rise p99, rise max, drop written,
-    healthy excursion below the peers)`` (None: no steady span; no peers)."""
+    """Per GPU of the run ``rec`` that worked :data:`MIN_BUSY_MIN`: ``(gpu, rise p99,
+    rise max, drop written, healthy excursion below the peers)`` (None: no steady span;
+    no peers)."""
     from model_wandb import MODEL_DEADLINE_S
 
     from watchdog.anomaly import features as F
     from watchdog.anomaly.gate_limits import LAG_S
     from watchdog.anomaly.job import job_peers
-    from watchdog.pipeline.replay import ReplayOptions, open_input
-
-    rec = open_input(str(path), ReplayOptions(), in_parts=False)
     grid = F.grid_from_frame(rec.frame)
     feats = job_peers(F.compute(grid))
     busy = F.busy(feats)
@@ -148,11 +150,12 @@ def spread() -> None:
             continue
         if not run.path.exists():
             continue
-        log = FrameLog(open_input(str(run.path), ReplayOptions(), in_parts=False))
+        rec = open_input(str(run.path), ReplayOptions(), in_parts=False)
+        log = FrameLog(rec)
         if max(busy_minutes(log, g) for g in log.gpus()) < BUSY_HOUR_MIN:
             continue
         name = run.label.split("/")[1][:34] + ("*" if run.held_out else "")
-        for gpu, p99, most, drop, below in one_run(run.path):
+        for gpu, p99, most, drop, below in one_run(rec):
             gpus += 1
             steady += most is not None
             drift_in += most is not None and most >= drift_c
