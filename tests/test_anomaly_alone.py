@@ -17,6 +17,7 @@ from watchdog.anomaly import features as F
 from watchdog.anomaly import gate_limits as L
 from watchdog.anomaly.gate import Gate
 from watchdog.anomaly.gate_state import GpuState
+from watchdog.detect.evaluate import JOB_MEMORY_PTS
 
 
 def test_a_gpu_alone_drawing_less_at_the_same_activity_is_judged_on_own_power() -> None:
@@ -76,7 +77,7 @@ def test_a_gpu_alone_drawing_less_at_the_same_activity_is_judged_on_own_power() 
     # job's, or a rank 0 holding less): not its own past
     apart = row[:L.PEERS_MIN].copy()
     apart[:, F.INDEX["temp_slope"]] = 0.0
-    apart[1, F.INDEX["mem_ratio"]] -= 2 * L.JOB_MEM
+    apart[1, F.INDEX["mem_ratio"]] -= 2 * JOB_MEMORY_PTS / 100.0
     low = apart.copy()
     low[1, pf] -= 0.28
     _g, f2, _s, _j = alone_then(model, uuids[:L.PEERS_MIN], apart, low)

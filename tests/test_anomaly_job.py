@@ -17,6 +17,9 @@ from watchdog.anomaly import features as F
 from watchdog.anomaly import gate_limits as L
 from watchdog.anomaly import grace, job
 from watchdog.anomaly.gate import Gate
+from watchdog.detect.evaluate import JOB_MEMORY_PTS
+
+JOB_MEM = JOB_MEMORY_PTS / 100.0  # of the memory: one job's ranks, apart
 
 
 def test_a_job_that_waits_in_a_checkpoint_is_not_judged() -> None:
@@ -39,7 +42,7 @@ def test_another_jobs_idle_gpu_does_not_hold_this_job_waiting() -> None:
     model, uuids, row = steady()
     mem = F.INDEX["mem_ratio"]
     times = [1000.0 + 10 * k for k in range(40)]
-    for apart, waits in ((L.JOB_MEM - 0.01, True), (L.JOB_MEM + 0.01, False)):
+    for apart, waits in ((JOB_MEM - 0.01, True), (JOB_MEM + 0.01, False)):
         x = idle(row, [0])
         x[0, mem] = float(np.min(row[1:, mem])) - apart
         assert x[0, mem] >= L.MEMBER_MEM and np.ptp(row[1:, mem]) < 0.01
@@ -106,26 +109,41 @@ def test_two_jobs_on_one_node_are_each_their_own_peers() -> None:
     got = job.job_peers(x[None])[0]
     assert np.allclose(got[:, pp], [0.1, 0.0, -0.1, 0.1, 0.0, -0.1])
     near = x.copy()
-    near[:, mr] = [0.9, 0.9 - L.JOB_MEM + 1e-9, 0.9, 0.9, 0.9, 0.9]
+    near[:, mr] = [0.9, 0.9 - JOB_MEM + 1e-9, 0.9, 0.9, 0.9, 0.9]
     assert np.array_equal(job.job_peers(near[None])[0], near)  # one job: left as it is
     far = x.copy()
-    far[:, mr] = [0.9, 0.9 - L.JOB_MEM - 1e-3, 0.9, 0.9, 0.9, 0.9]
+    far[:, mr] = [0.9, 0.9 - JOB_MEM - 1e-3, 0.9, 0.9, 0.9, 0.9]
     got = job.job_peers(far[None])[0]
     assert got[1, pp] == 0.0  # its own job, alone
     assert np.isclose(got[0, pp], 0.8 - 0.4)  # the median of 0.8, 0.6, 0.4, 0.3, 0.2
     unread = x.copy()
-    unread[:, mr] = [0.9, np.nan, 0.9, 0.4, 0.4, 0.4]  # memory not read: every job's
+    # a GPU whose memory is not read takes every GPU for its job (as the rules do); the
+    # others, whose memory is read, do not count it
+    unread[:, mr] = [0.9, np.nan, 0.9, 0.4, 0.4, 0.4]
     got = job.job_peers(unread[None])[0]
     assert np.isclose(got[1, pp], 0.7 - 0.5)  # the median of all six
-    assert np.isclose(got[0, pp], 0.8 - 0.7)  # its job: 0.8, 0.7 (GPU 1), 0.6
-    assert np.isclose(got[3, pp], 0.4 - 0.35)  # its job: 0.7 (GPU 1), 0.4, 0.3, 0.2
+    assert got[0, pp] == 0.0  # its job: 0.8 and 0.6, fewer than PEERS_MIN
+    assert np.isclose(got[3, pp], 0.4 - 0.3)  # its job: 0.4, 0.3, 0.2
 
 
 def test_the_model_takes_jobs_as_the_rules_do() -> None:
-    """One line between two jobs for the rules' peer functions and the model's peers."""
-    from watchdog.detect.evaluate import JOB_MEMORY_PTS
+    """One line between two jobs for the rules' peer functions and the model's peers: on
+    random windows (members, shares of memory, some unread), the model's jobs are the
+    rules' ``same_job`` for GPUs whose membership agrees."""
+    from watchdog.detect.evaluate import JOB_MIN_MIB, same_job
 
-    assert L.JOB_MEM * 100.0 == JOB_MEMORY_PTS
+    rng = np.random.default_rng(5)
+    x = np.zeros((40, 6, len(F.FEATURES)))
+    x[..., F.INDEX["util_mean"]] = rng.choice([0.0, 100.0], (40, 6))
+    mem = rng.choice([0.01, 0.4, 0.42, 0.46, 0.9, np.nan], (40, 6))
+    x[..., F.INDEX["mem_ratio"]] = mem
+    member, jobs = job.jobs_of(x, F.busy(x))
+    used = np.where(member, JOB_MIN_MIB, 0.0)
+    used[np.isnan(mem)] = np.nan  # unread as the rules see it
+    rules = same_job(100.0 * mem, used)
+    both = member[:, :, None] & member[:, None, :]
+    assert np.array_equal(jobs & both, rules & both)
+    assert (jobs & both).sum() < both.sum()  # some members are in other jobs
 
 
 def test_the_fit_learns_the_peers_it_is_judged_on_where_some_gpus_idle() -> None:

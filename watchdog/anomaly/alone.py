@@ -52,7 +52,7 @@ def slowed(gs: GateState, uuids: Sequence[str], raw: Array, busy: Array,
     """``raw`` with ``own_power`` (the fall, of its limit) set where a GPU at work without
     peers is slowing down (see the module docs; not while its job settles): the one GPU
     at work on the node, or one of a job with two to fewer than
-    :data:`~.gate_limits.PEERS_MIN` GPUs at work (:func:`.job.same_job`). Not a GPU the
+    :data:`~.gate_limits.PEERS_MIN` GPUs at work (:func:`.job.jobs_of`). Not a GPU the
     memory it holds sets apart from others at work: another job's, or its job's rank 0
     holding less (real-wandb TRAVEL: 92 % beside three at 98.5 %), whose phases it would
     take for a slowdown. A copy where it is set."""

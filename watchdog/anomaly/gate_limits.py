@@ -31,10 +31,6 @@ LAG_C_PER_MIN = 0.5  # a temperature trend this fast towards a step is its lag
 
 # --- the node's job: members, checkpoints (job.py) -------------------------------------
 MEMBER_MEM = 0.1  # a GPU holding this share of its memory belongs to a job
-# members whose shares of memory lie within this of each other are one job's (the rules'
-# JOB_MEMORY_PTS): two jobs on one node compared as one put a 13 % power drop inside the
-# peers' normal (real-wandb stanford_alpaca, half the node in another job)
-JOB_MEM = 0.05
 # a GPU has peers when its job has this many GPUs at work; with two, their median is the
 # midpoint and each departs from it by half their difference, the healthy GPU as much as
 # the faulty one (real-wandb Aochong-Li: a throttled GPU's healthy peer paged), and two

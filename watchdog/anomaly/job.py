@@ -5,8 +5,10 @@
   a job on 4 of 8 GPUs, whose median falls between the working and the unused ones, or
   for two jobs side by side. A GPU belongs to a job when it works or holds memory
   (:data:`~.gate_limits.MEMBER_MEM`), and to the job of the GPUs whose share of memory
-  lies within :data:`~.gate_limits.JOB_MEM` of its own (:func:`same_job`, the line the
-  rules' peer functions draw: a data-parallel job's ranks hold nearly the same memory).
+  lies within 5 points of its own (:func:`jobs_of`: the line the rules' peer functions
+  draw, :func:`~watchdog.detect.evaluate.jobs_by_memory`; a data-parallel job's ranks hold
+  nearly the same memory, while two jobs compared as one put a 13 % power drop inside the
+  peers' normal on real-wandb stanford_alpaca).
   Where the node is not one job, or fewer than :data:`~.gate_limits.PEERS_MIN` of its
   GPUs work, the peer features are taken again against the median of the GPU's job's
   members at work (0 with fewer than :data:`~.gate_limits.PEERS_MIN`: two GPUs' median is
@@ -16,7 +18,7 @@
   (:func:`watchdog.anomaly.train.fit`): the model learns the peers it is judged on.
 * **A job in a checkpoint** (:func:`adjust`). A member that holds its job's memory
   without working (under :data:`~.gate_limits.IDLE_UTIL`: rank 0 writing, every rank
-  paused) while others of its job (:func:`same_job`) work: that job waits, and none of its
+  paused) while others of its job (:func:`jobs_of`) work: that job waits, and none of its
   GPUs is judged until it is back (then the checkpoint's grace). Another process's GPU
   idle at another share of memory does not hold the job (real-wandb LeonGuertler: 17 %
   held idle beside a 2-GPU job at 96 %, which went unjudged for the whole run). Most
@@ -35,34 +37,21 @@ from collections.abc import Sequence
 import numpy as np
 
 from watchdog.anomaly import features as F
-from watchdog.anomaly.gate_limits import IDLE_UTIL, JOB_MEM, MEMBER_MEM, PEERS_MIN, SPIN_POWER
+from watchdog.anomaly.gate_limits import IDLE_UTIL, MEMBER_MEM, PEERS_MIN, SPIN_POWER
 from watchdog.anomaly.gate_state import GateState
+from watchdog.detect.evaluate import jobs_by_memory
 from watchdog.untyped import Array
-
-
-def same_job(mem: Array, member: Array) -> Array:
-    """``(..., G, G)`` bool: GPU k is in GPU j's job (both members, their shares of memory
-    within :data:`~.gate_limits.JOB_MEM` of each other: the rules'
-    :func:`watchdog.detect.evaluate.same_job`). A member whose memory is not read is in
-    every member's job; a member is always in its own."""
-    with np.errstate(invalid="ignore"):
-        near = np.abs(mem[..., :, None] - mem[..., None, :]) <= JOB_MEM
-    unread = np.isnan(mem)
-    near |= unread[..., :, None] | unread[..., None, :]
-    out = near & member[..., :, None] & member[..., None, :]
-    idx = np.arange(mem.shape[-1])
-    out[..., idx, idx] |= member
-    return out
 
 
 def jobs_of(feats: Array, busy: Array) -> tuple[Array, Array]:
     """``(member, jobs)`` of ``(..., G, F)`` windows whose GPUs at work are ``busy``
     (``(..., G)``): each GPU in a job (at work, or holding :data:`~.gate_limits.MEMBER_MEM`
-    of its memory), and ``(..., G, G)`` :func:`same_job`."""
+    of its memory), and ``(..., G, G)`` which GPUs are in each member's job
+    (:func:`~watchdog.detect.evaluate.jobs_by_memory`, the rules' line)."""
     mem = feats[..., F.INDEX["mem_ratio"]]
     with np.errstate(invalid="ignore"):
         member = busy | (mem >= MEMBER_MEM)
-    return member, same_job(mem, member)
+    return member, jobs_by_memory(100.0 * mem, member)
 
 
 #: ``windows × GPUs × GPUs`` cells :func:`job_peers` takes at once: a fit's 100,000 windows
@@ -74,7 +63,7 @@ def job_peers(feats: Array) -> Array:
     """``(..., G, F)`` features with the peer features taken within each GPU's job (see
     the module docs): where the node is not one job of at least
     :data:`~.gate_limits.PEERS_MIN` GPUs at work (some GPUs neither work nor hold memory,
-    the members hold memory in groups: :func:`same_job`, or fewer work), each member's
+    the members hold memory in groups: :func:`jobs_of`, or fewer work), each member's
     peer features against the median of its job's members at work (0 with fewer than
     :data:`~.gate_limits.PEERS_MIN`), a non-member's unknown (NaN), and
     ``peer_util_drops`` and ``peer_temp_drift`` unknown on every GPU. The rest is

@@ -354,16 +354,26 @@ JOB_MIN_MIB = 1024.0
 def same_job(pct: Array, used: Array) -> Array:
     """``ticks × GPUs × GPUs``: GPU k is in GPU j's job at a tick when both hold a job
     (memory used >= :data:`JOB_MIN_MIB`) within :data:`JOB_MEMORY_PTS` of each other's
-    share of memory. Where a GPU's memory is not read its job is every GPU (what a node
-    function always was); a GPU is always in its own job."""
+    share of memory (:func:`jobs_by_memory`)."""
     with np.errstate(invalid="ignore"):
         held = used >= JOB_MIN_MIB
-        near = np.abs(pct[:, :, None] - pct[:, None, :]) <= JOB_MEMORY_PTS
-        out = near & held[:, :, None] & held[:, None, :]
-    unread = np.isnan(pct) | np.isnan(used)
-    out |= unread[:, :, None]  # no memory reading: every GPU is its peer
-    idx = np.arange(pct.shape[1])
-    out[:, idx, idx] = True
+    return jobs_by_memory(pct, held, unread=np.isnan(pct) | np.isnan(used))
+
+
+def jobs_by_memory(pct: Array, held: Array, unread: Array | None = None) -> Array:
+    """``(..., GPUs, GPUs)``: GPU k is in GPU j's job when both hold a job (``held``) and
+    their shares of memory ``pct`` (% of the total) lie within :data:`JOB_MEMORY_PTS` of
+    each other. Where a GPU's memory is not read (``unread``; default: ``pct`` NaN) its
+    job is every GPU (what a node function always was); a GPU is always in its own job.
+    The rules' peer functions (:func:`same_job`) and the anomaly model's peers
+    (:func:`watchdog.anomaly.job.jobs_of`) draw this one line."""
+    with np.errstate(invalid="ignore"):
+        near = np.abs(pct[..., :, None] - pct[..., None, :]) <= JOB_MEMORY_PTS
+    out = near & held[..., :, None] & held[..., None, :]
+    unread = np.isnan(pct) if unread is None else unread
+    out |= unread[..., :, None]  # no memory reading: every GPU is its peer
+    idx = np.arange(pct.shape[-1])
+    out[..., idx, idx] = True
     return out
 
 
