@@ -73,7 +73,9 @@ def job_peers(feats: Array) -> Array:
     out: Array | None = None
     every = max(1, CHUNK_CELLS // (g * g))
     for lo in range(0, len(flat), every):
-        got = _job_peers(flat[lo:lo + every])
+        chunk = flat[lo:lo + every]
+        busy = F.busy(chunk)
+        got = _job_peers(chunk, busy, *jobs_of(chunk, busy))
         if got is not None:
             if out is None:
                 out = flat.copy()
@@ -81,10 +83,9 @@ def job_peers(feats: Array) -> Array:
     return feats if out is None else out.reshape(feats.shape)
 
 
-def _job_peers(feats: Array) -> Array | None:
-    """:func:`job_peers` of ``(W, G, F)`` features; None where nothing is taken again."""
-    busy = F.busy(feats)
-    member, jobs = jobs_of(feats, busy)  # (W, G), (W, G, G)
+def _job_peers(feats: Array, busy: Array, member: Array, jobs: Array) -> Array | None:
+    """:func:`job_peers` of ``(W, G, F)`` features whose GPUs at work, members and jobs
+    (:func:`jobs_of`) are given; None where nothing is taken again."""
     whole = (member.all(axis=-1) & jobs.all(axis=(-2, -1))
              & ((busy.sum(axis=-1) >= PEERS_MIN) | (feats.shape[-2] == 1)))
     part = member.any(axis=-1) & ~whole  # (W,): windows to take again
@@ -118,7 +119,8 @@ def adjust(gs: GateState, t: float, uuids: Sequence[str], feats: Array,
     if members != gs.members:
         gs.members = members
         gs.drift_from = t
-    out = job_peers(feats)
+    got = _job_peers(feats[None], busy[None], member[None], jobs[None])
+    out = feats if got is None else got[0]
     pausing: set[str] = set()
     pf = feats[:, F.INDEX["power_frac"]]
     util = feats[:, F.INDEX["util_mean"]]
